@@ -1,0 +1,65 @@
+# Two commands a learner or CI needs (see README):
+#   make lab    create the environment if needed, then open the course in JupyterLab
+#   make test   create the environment if needed, then run every test
+# Everything else here is plumbing for those two.
+
+PYTHON   ?= python3
+VENV     ?= .venv
+PY       := $(VENV)/bin/python
+# `cpu` installs tensorflow-cpu; on a machine with an NVIDIA GPU use `make lab TF=gpu`.
+TF       ?= cpu
+STAMP    := $(VENV)/.installed-$(TF)
+PORT     ?= 8888
+JOBS     ?= 2
+PYTEST_ARGS ?=
+
+export TF_CPP_MIN_LOG_LEVEL ?= 2
+export PYTHONDONTWRITEBYTECODE = 1
+
+.PHONY: lab test env system-deps labs benchmark grade clean help
+
+help:
+	@echo "make lab        open the course in JupyterLab (creates .venv on first use)"
+	@echo "make test       run every test: helpers, notebooks, labs, solutions, grader, browser"
+	@echo "make labs       regenerate labs/ from solutions/"
+	@echo "make benchmark  print the tf.data / XLA / capstone ratio table"
+	@echo "make grade SUBMISSION=path.ipynb   grade one submission (or a folder of them)"
+
+env: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[$(TF),dev]"
+	@touch $@
+
+# Debian packages the browser test needs (Chromium; no browser is downloaded).
+# Installs only when missing and when we may (root); otherwise the browser
+# test explains what to install and skips (it fails instead when CI=true).
+system-deps:
+	@if ! command -v chromium >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing Debian chromium for the browser test"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else \
+	    echo "note: chromium not found and cannot apt-get install it; the browser test will skip"; \
+	  fi; \
+	fi
+
+lab: env
+	$(VENV)/bin/jupyter lab --port=$(PORT) --ServerApp.root_dir=. notebooks/01_device_detection.ipynb
+
+test: env system-deps
+	$(PY) -m pytest -n $(JOBS) --dist loadfile $(PYTEST_ARGS)
+
+labs: env
+	$(PY) -m gpucourse.labgen
+
+benchmark: env
+	$(PY) -m gpucourse.benchmark
+
+grade: env
+	$(PY) -m gpucourse.grading.cli $(SUBMISSION)
+
+clean:
+	rm -rf $(VENV) .pytest_cache grading-output

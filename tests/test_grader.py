@@ -1,0 +1,131 @@
+"""The command-line grader on real notebooks: full marks, zero, and every way a submission can go wrong."""
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from gpucourse.grading.cli import main as cli_main
+from gpucourse.grading.runner import grade_notebook
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _lab01_with(tmp_path, replace: dict, name="sub.ipynb") -> Path:
+    """The lab 01 notebook with some code cells' sources replaced (keyed by a substring of the cell)."""
+    nb = nbformat.read(ROOT / "solutions" / "01_device_detection.ipynb", as_version=4)
+    for cell in nb.cells:
+        for key, new in replace.items():
+            if cell.cell_type == "code" and key in cell.source:
+                cell.source = new
+    path = tmp_path / name
+    nbformat.write(nb, path)
+    return path
+
+
+def test_partial_submission_and_hidden_tests(tmp_path):
+    sub = _lab01_with(tmp_path, {"def pick_device": "def pick_device(devices):\n    return '/device:GPU:0'"})
+    hidden = tmp_path / "hidden_lab01.py"
+    hidden.write_text(
+        "from gpucourse.grading.items import item, Fail\n"
+        "@item('h1', points=4, title='hidden: summarise an empty list')\n"
+        "def h1(ns):\n"
+        "    if ns.function('summarise_devices')([]) != {}:\n"
+        "        raise Fail('empty list should give {}')\n")
+    rep = grade_notebook(sub, extra_tests=[hidden], timeout=240)
+    assert rep.status == "graded", rep.table()
+    by_key = {r["key"]: r for r in rep.items}
+    assert by_key["q2"]["status"] == "fail" and "expected '/device:CPU:0'" in by_key["q2"]["message"]
+    assert by_key["h1"]["status"] == "pass" and by_key["h1"]["source"] == "hidden:hidden_lab01.py"
+    assert (rep.score, rep.max_score) == (11, 14)
+    assert "FAIL" in rep.table() and "total" in rep.table()
+
+
+def test_redefined_check_and_patched_library_gain_nothing(tmp_path):
+    sub = _lab01_with(tmp_path, {
+        "def summarise_devices": (
+            "import tensorflow as tf\n"
+            "def summarise_devices(devices):\n    return {'CPU': 1}\n"
+            "_real = tf.config.list_physical_devices\n"
+            "tf.config.list_physical_devices = lambda *a: _real('CPU')\n"
+            "def check(*a):\n    print('✅ everything passed')\n"),
+    })
+    rep = grade_notebook(sub, timeout=240)
+    assert rep.status == "tampered", rep.table()
+    assert rep.score == 0 and all(r["points"] == 0 for r in rep.items)
+    assert any("tensorflow.config.list_physical_devices" in t for t in rep.tampering)
+    assert any("assigns to tf.config.list_physical_devices" in f for f in rep.flags)
+
+
+def test_crash_hang_malformed_empty(tmp_path):
+    crash = _lab01_with(tmp_path, {"def pick_device": "import os\nos._exit(3)"}, "crash.ipynb")
+    rep = grade_notebook(crash, timeout=240)
+    assert rep.status == "crashed" and "kernel died" in rep.reason and rep.score == 0 and rep.max_score == 10
+    assert "cell" in rep.reason
+
+    hang = _lab01_with(tmp_path, {"def pick_device": "import time\nwhile True:\n    time.sleep(1)"}, "hang.ipynb")
+    rep = grade_notebook(hang, timeout=25)
+    assert rep.status == "timeout" and "25 s time limit" in rep.reason and rep.score == 0
+
+    bad = tmp_path / "01_bad.ipynb"
+    bad.write_text("{ this is not json")
+    rep = grade_notebook(bad)
+    assert rep.status == "malformed" and rep.score == 0
+
+    empty = tmp_path / "01_empty.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("nothing")]), empty)
+    rep = grade_notebook(empty)
+    assert rep.status == "empty" and rep.max_score == 10
+
+    unknown = tmp_path / "notes.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1")]), unknown)
+    rep = grade_notebook(unknown)
+    assert rep.status == "error" and "--lab" in rep.reason
+
+
+def test_bad_arguments(tmp_path):
+    with pytest.raises(ValueError):
+        grade_notebook(tmp_path / "x.ipynb", timeout=0)
+    with pytest.raises(FileNotFoundError):
+        grade_notebook(tmp_path / "x.ipynb", extra_tests=[tmp_path / "nope.py"])
+    with pytest.raises(SystemExit):
+        cli_main([str(tmp_path / "missing.ipynb")])
+    with pytest.raises(SystemExit):
+        cli_main([str(tmp_path), "--lab", "one"])
+
+
+def test_cli_single_writes_json(tmp_path, capsys):
+    sub = _lab01_with(tmp_path, {"def visible_gpu_count": "def visible_gpu_count(v, p):\n    return p"})
+    out = tmp_path / "r.json"
+    assert cli_main([str(sub), "--lab", "1", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["status"] == "graded" and data["score"] == 8 and data["lab"] == "01"
+    assert "Lab 01" in capsys.readouterr().out
+
+
+def test_batch_gradebook(tmp_path, capsys):
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    good = _lab01_with(tmp_path, {}, "good.ipynb")
+    shutil.copy(good, subs / "alice.ipynb")
+    (subs / "bob").mkdir()
+    shutil.copy(_lab01_with(tmp_path, {"def pick_device": "import os\nos._exit(1)"}, "c.ipynb"),
+                subs / "bob" / "lab.ipynb")
+    (subs / "carol.ipynb").write_text("not a notebook")
+    (subs / "dave").mkdir()
+    out = tmp_path / "book"
+    args = [str(subs), "--lab", "01", "--out", str(out), "--jobs", "2", "--timeout", "240"]
+    assert cli_main(args) == 0
+    book = json.loads((out / "gradebook.json").read_text())
+    status = {r["learner"]: (r["status"], r["score"]) for r in book}
+    assert status == {"alice": ("graded", 10), "bob": ("crashed", 0), "carol": ("malformed", 0),
+                      "dave": ("empty", 0)}
+    csv = (out / "gradebook.csv").read_text().splitlines()
+    assert csv[0].startswith("learner,lab,status,score,max_score,q1,q2,q3,q4")
+    assert (out / "feedback" / "bob.txt").read_text().startswith("Lab 01")
+    first = (out / "gradebook.json").read_text()
+    assert cli_main(args) == 0  # idempotent: same gradebook again
+    assert (out / "gradebook.json").read_text() == first

@@ -1,0 +1,33 @@
+"""gpucourse.plots: each helper draws and returns its Axes; bad input is a clear error."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import pytest  # noqa: E402
+
+from gpucourse import plots, timing  # noqa: E402
+
+
+def test_helpers_draw():
+    ax = plots.ratio_bars({"naive": 1.9, "tuned": 1.05})
+    assert len(ax.patches) == 2 and ax.get_xlabel() == "ratio"
+    ax = plots.timeline([("input", 0.0, 0.1), ("train", 0.1, 0.3), ("input", 0.1, 0.2)])
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["input", "train"]
+    ax = plots.lines([1, 2, 4], {"throughput": [1, 1.8, 3.1]}, xlabel="replicas")
+    assert len(ax.lines) == 1
+    cmp = timing.Comparison([timing.Timing("a", [0.01]), timing.Timing("b", [0.02])], "a", 0.005)
+    ax = plots.comparison_bars(cmp)
+    assert len(ax.patches) == 2
+
+
+@pytest.mark.parametrize("bad", [
+    lambda: plots.ratio_bars({}),
+    lambda: plots.ratio_bars({"a": "fast"}),
+    lambda: plots.timeline([]),
+    lambda: plots.timeline([("a", 1.0, 0.5)]),
+    lambda: plots.lines([1, 2], {"a": [1]}),
+])
+def test_bad_input(bad):
+    with pytest.raises((ValueError, TypeError)):
+        bad()

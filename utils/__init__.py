@@ -1,0 +1,63 @@
+"""Helpers for the course *TensorFlow GPU acceleration*.
+
+The package lives in the repository's ``utils/`` folder and is installed under
+the distinctive name ``gpucourse`` (``pip install -e .``), so notebooks write::
+
+    from gpucourse import devices, timing
+
+One module per topic, plus shared plumbing:
+
+=====================  =======================================================
+``devices``            01 device report, environment doctor, logical devices
+``placement``          02 placement logging and op -> device tables
+``memory``             03 memory growth, limits, peak-memory measurement
+``distribute``         04 MirroredStrategy and multi-worker helpers
+``precision``          05 mixed precision and loss scaling
+``xla``                06 XLA compilation and HLO inspection
+``pipeline``           07 tf.data simulated workloads and timelines
+``profiling``          08 trace capture/reading and utilisation monitor
+``timing``             warm-up + repeats + medians, ratio tables
+``logcapture``         capture C-level log output (TensorFlow's C++ logs)
+``plots``              small matplotlib helpers shared by the notebooks
+``colab``              setup cell support for Google Colab
+``grading``            in-notebook ``check()`` and the command-line grader
+=====================  =======================================================
+
+Modules are imported lazily so that ``import gpucourse`` never imports
+TensorFlow (and so never initialises its runtime) by itself.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+__version__ = "0.1.0"
+
+_SUBMODULES = (
+    "colab",
+    "devices",
+    "distribute",
+    "grading",
+    "logcapture",
+    "memory",
+    "pipeline",
+    "placement",
+    "plots",
+    "precision",
+    "profiling",
+    "timing",
+    "xla",
+)
+
+__all__ = list(_SUBMODULES) + ["__version__"]
+
+
+def __getattr__(name: str):
+    """Import ``gpucourse.<name>`` on first attribute access."""
+    if name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module 'gpucourse' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(__all__)

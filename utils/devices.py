@@ -1,0 +1,482 @@
+"""Topic 01: what TensorFlow can see, and configuring devices before it is too late.
+
+Three jobs:
+
+* :func:`device_report` collects, without side effects, everything you need
+  to know about the devices: physical and logical devices, the build (CUDA and
+  cuDNN versions when it is a GPU build), ``CUDA_VISIBLE_DEVICES`` and, when a
+  driver is present, what NVML says about each GPU.
+* :func:`doctor` turns those facts into a list of problems and how to fix them.
+* :func:`setup_logical_devices` splits one device into several logical ones
+  (virtual GPUs on a GPU, logical CPUs otherwise). It is idempotent, and when
+  the runtime has already started it explains that the kernel must be restarted.
+
+The one rule behind most surprises: TensorFlow fixes its device configuration
+the first time the runtime initialises. Running an op, or calling
+``tf.config.list_logical_devices()``, initialises it. Listing *physical*
+devices does not.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from dataclasses import dataclass, field
+from typing import Iterable
+
+__all__ = [
+    "DeviceReport",
+    "Finding",
+    "GPUInfo",
+    "TooLateError",
+    "describe",
+    "device_report",
+    "fresh_process_devices",
+    "doctor",
+    "gather_facts",
+    "nvml_gpus",
+    "runtime_initialized",
+    "setup_logical_devices",
+]
+
+#: Oldest TensorFlow this course is written for (Keras 3 is the default Keras from 2.16).
+MIN_TF = (2, 16)
+#: The TensorFlow minor release the notebooks were tested with.
+TESTED_TF = (2, 21)
+#: Memory per virtual GPU when splitting a real GPU and no limit is given.
+DEFAULT_VIRTUAL_GPU_MB = 1024
+
+
+class TooLateError(RuntimeError):
+    """Raised when a device setting is requested after the runtime started."""
+
+
+# --------------------------------------------------------------------------- facts
+
+
+def _tf():
+    import tensorflow as tf  # imported lazily: importing gpucourse must stay cheap
+
+    return tf
+
+
+def runtime_initialized() -> bool:
+    """Return True once TensorFlow's eager runtime has initialised its devices.
+
+    After that point logical-device, visible-device, memory-growth and
+    threading settings can no longer change. The check itself does not
+    initialise anything (unlike ``tf.config.list_logical_devices()``).
+    """
+    if "tensorflow" not in sys.modules:
+        return False
+    from tensorflow.python.eager import context  # private, but stable since TF 2.0
+
+    return bool(getattr(context.context(), "_initialized", False))
+
+
+@dataclass
+class GPUInfo:
+    """One NVIDIA GPU as the driver (NVML) sees it, independent of TensorFlow."""
+
+    index: int
+    name: str
+    memory_total_mib: int
+    memory_used_mib: int
+    utilization_pct: int | None
+    driver_version: str
+    compute_capability: str | None = None
+
+    def __str__(self) -> str:
+        util = "n/a" if self.utilization_pct is None else f"{self.utilization_pct}%"
+        cc = f", compute capability {self.compute_capability}" if self.compute_capability else ""
+        return (f"GPU {self.index}: {self.name}{cc}, {self.memory_used_mib}/{self.memory_total_mib} MiB used, "
+                f"utilisation {util}, driver {self.driver_version}")
+
+
+def nvml_gpus() -> list[GPUInfo]:
+    """Ask the NVIDIA driver (through NVML) which GPUs exist.
+
+    Returns an empty list when there is no NVIDIA driver, which is the normal
+    case on CPU-only machines, so callers never need a try/except.
+    """
+    try:
+        import pynvml  # provided by the nvidia-ml-py package
+    except ImportError:
+        return []
+    try:
+        pynvml.nvmlInit()
+    except Exception:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
+        return []
+    try:
+        driver = pynvml.nvmlSystemGetDriverVersion()
+        driver = driver.decode() if isinstance(driver, bytes) else str(driver)
+        gpus = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            name = pynvml.nvmlDeviceGetName(h)
+            name = name.decode() if isinstance(name, bytes) else str(name)
+            mem = pynvml.nvmlDeviceGetMemoryInfo(h)
+            try:
+                util = int(pynvml.nvmlDeviceGetUtilizationRates(h).gpu)
+            except Exception:
+                util = None
+            try:
+                major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(h)
+                cc = f"{major}.{minor}"
+            except Exception:
+                cc = None
+            gpus.append(GPUInfo(i, name, int(mem.total // 2**20), int(mem.used // 2**20), util, driver, cc))
+        return gpus
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
+@dataclass
+class DeviceReport:
+    """A snapshot of what TensorFlow (and the driver) can see. Print it, or read its fields."""
+
+    tensorflow_version: str
+    keras_version: str | None
+    python_version: str
+    is_cuda_build: bool
+    cuda_version: str | None
+    cudnn_version: str | None
+    physical: list[tuple[str, str]]
+    logical: list[tuple[str, str]] | None
+    runtime_initialized: bool
+    cuda_visible_devices: str | None
+    nvml: list[GPUInfo] = field(default_factory=list)
+
+    @property
+    def gpu_count(self) -> int:
+        """Number of physical GPUs TensorFlow can use."""
+        return sum(1 for _, kind in self.physical if kind == "GPU")
+
+    @property
+    def has_gpu(self) -> bool:
+        """True when TensorFlow can place work on at least one GPU."""
+        return self.gpu_count > 0
+
+    def to_text(self) -> str:
+        """Render the report as aligned plain text."""
+        build = "CUDA build" if self.is_cuda_build else "CPU-only build"
+        if self.is_cuda_build:
+            build += f" (CUDA {self.cuda_version or '?'}, cuDNN {self.cudnn_version or '?'})"
+        rows = [
+            ("TensorFlow", f"{self.tensorflow_version}, {build}"),
+            ("Keras", self.keras_version or "not installed"),
+            ("Python", self.python_version),
+            ("CUDA_VISIBLE_DEVICES", "(not set)" if self.cuda_visible_devices is None
+             else repr(self.cuda_visible_devices)),
+            ("physical devices", ", ".join(f"{n} ({k})" for n, k in self.physical) or "none"),
+        ]
+        if self.logical is None:
+            rows.append(("logical devices", "runtime not initialised yet (listing them would initialise it)"))
+        else:
+            rows.append(("logical devices", ", ".join(n for n, _ in self.logical) or "none"))
+        if self.nvml:
+            rows += [(f"NVML GPU {g.index}", str(g).split(": ", 1)[1]) for g in self.nvml]
+        else:
+            rows.append(("NVIDIA driver", "not found (no GPU, or no driver)"))
+        width = max(len(k) for k, _ in rows)
+        return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+    def __str__(self) -> str:
+        return self.to_text()
+
+    def _repr_pretty_(self, p, cycle):  # IPython display
+        p.text(self.to_text())
+
+
+def device_report(initialize: bool = False) -> DeviceReport:
+    """Collect facts about devices, builds and drivers.
+
+    Args:
+        initialize: also list *logical* devices even if the runtime has not
+            started yet. That initialises the runtime and freezes the device
+            configuration, so it is off by default; once the runtime is up the
+            logical devices are always reported.
+    """
+    if not isinstance(initialize, bool):
+        raise TypeError(f"initialize must be True or False, got {initialize!r}")
+    tf = _tf()
+    info = dict(tf.sysconfig.get_build_info())
+    try:
+        import keras
+
+        keras_version = keras.__version__
+    except ImportError:
+        keras_version = None
+    started = runtime_initialized()
+    logical = None
+    if started or initialize:
+        logical = [(d.name, d.device_type) for d in tf.config.list_logical_devices()]
+        started = True
+    return DeviceReport(
+        tensorflow_version=tf.__version__,
+        keras_version=keras_version,
+        python_version=platform.python_version(),
+        is_cuda_build=bool(info.get("is_cuda_build", False)),
+        cuda_version=info.get("cuda_version"),
+        cudnn_version=info.get("cudnn_version"),
+        physical=[(d.name, d.device_type) for d in tf.config.list_physical_devices()],
+        logical=logical,
+        runtime_initialized=started,
+        cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
+        nvml=nvml_gpus(),
+    )
+
+
+# --------------------------------------------------------------------------- doctor
+
+
+@dataclass
+class Finding:
+    """One diagnosis: how serious it is, what is wrong, and what to do about it."""
+
+    level: str  # "error", "warning" or "ok"
+    problem: str
+    fix: str = ""
+
+    def __str__(self) -> str:
+        mark = {"error": "[ERROR]", "warning": "[WARN] ", "ok": "[OK]   "}[self.level]
+        return f"{mark} {self.problem}" + (f"\n        fix: {self.fix}" if self.fix else "")
+
+
+def gather_facts() -> dict:
+    """The facts :func:`doctor` reasons about, as a plain dict (easy to fake in tests)."""
+    report = device_report()
+    try:
+        import ipywidgets
+
+        widgets_version = ipywidgets.__version__
+    except ImportError:
+        widgets_version = None
+    return {
+        "tf_version": report.tensorflow_version,
+        "keras_version": report.keras_version,
+        "python_version": report.python_version,
+        "is_cuda_build": report.is_cuda_build,
+        "cuda_version": report.cuda_version,
+        "cudnn_version": report.cudnn_version,
+        "tf_gpus": report.gpu_count,
+        "driver_gpus": len(report.nvml),
+        "cuda_visible_devices": report.cuda_visible_devices,
+        "ipywidgets_version": widgets_version,
+        "allow_growth_env": os.environ.get("TF_FORCE_GPU_ALLOW_GROWTH"),
+    }
+
+
+def _version_tuple(text: str | None) -> tuple[int, ...]:
+    """'2.21.0rc1' -> (2, 21, 0); None or garbage -> ()."""
+    parts = []
+    for piece in (text or "").split("."):
+        digits = "".join(ch for ch in piece if ch.isdigit()) if piece[:1].isdigit() else ""
+        if not digits:
+            break
+        parts.append(int(digits))
+    return tuple(parts)
+
+
+_FACT_KEYS = ("tf_version", "keras_version", "is_cuda_build", "tf_gpus", "driver_gpus", "cuda_visible_devices")
+
+
+def doctor(facts: dict | None = None, show: bool = True) -> list[Finding]:
+    """Diagnose the environment: what is wrong, and how to fix it.
+
+    Args:
+        facts: the dict from :func:`gather_facts`; gathered now when None.
+            Pass your own to see what the doctor says about another machine.
+        show: print the findings.
+
+    Returns:
+        The findings, errors first. An empty-handed machine still gets one
+        ``ok`` finding saying which path (GPU or CPU) the course will take.
+    """
+    if facts is None:
+        facts = gather_facts()
+    if not isinstance(facts, dict):
+        raise TypeError(f"facts must be a dict like gather_facts() returns, got {type(facts).__name__}")
+    missing = [k for k in _FACT_KEYS if k not in facts]
+    if missing:
+        raise ValueError(f"facts is missing {', '.join(missing)}; start from gather_facts() and change what you need")
+
+    out: list[Finding] = []
+    tf_v = _version_tuple(facts["tf_version"])
+    if tf_v[:2] < MIN_TF:
+        out.append(Finding("error", f"TensorFlow {facts['tf_version']} is older than {MIN_TF[0]}.{MIN_TF[1]}: "
+                           "the course uses Keras 3 APIs that do not exist there.",
+                           "pip install -U 'tensorflow>=2.21' (or tensorflow-cpu on a machine without a GPU)"))
+    elif tf_v[:2] != TESTED_TF:
+        out.append(Finding("warning", f"TensorFlow {facts['tf_version']} is not the tested "
+                           f"{TESTED_TF[0]}.{TESTED_TF[1]}: most things work, some error texts and defaults differ.",
+                           f"pip install 'tensorflow=={TESTED_TF[0]}.{TESTED_TF[1]}.*' for identical results"))
+    k_v = _version_tuple(facts["keras_version"])
+    if not k_v:
+        out.append(Finding("error", "Keras is not installed.", "pip install 'keras>=3'"))
+    elif k_v[0] < 3:
+        out.append(Finding("error", f"Keras {facts['keras_version']} is Keras 2; the course teaches Keras 3.",
+                           "pip install -U 'keras>=3' (and unset TF_USE_LEGACY_KERAS)"))
+
+    cvd = facts["cuda_visible_devices"]
+    hidden = cvd is not None and cvd.strip() in ("", "-1", "none", "NoDevFiles")
+    tf_gpus, drv_gpus = int(facts["tf_gpus"]), int(facts["driver_gpus"])
+    if drv_gpus and not facts["is_cuda_build"]:
+        out.append(Finding("error", f"The driver sees {drv_gpus} GPU(s) but this TensorFlow is a CPU-only build "
+                           "(e.g. tensorflow-cpu), so it will never use them.",
+                           "pip uninstall -y tensorflow-cpu && pip install 'tensorflow[and-cuda]==2.21.*' "
+                           "(or: make lab TF=gpu)"))
+    elif drv_gpus and hidden:
+        out.append(Finding("error", f"CUDA_VISIBLE_DEVICES={cvd!r} hides all {drv_gpus} GPU(s) from TensorFlow.",
+                           "unset CUDA_VISIBLE_DEVICES (or set it to e.g. '0'), then restart the kernel"))
+    elif drv_gpus and tf_gpus == 0:
+        out.append(Finding("error", f"The driver sees {drv_gpus} GPU(s) but TensorFlow sees none: usually the CUDA "
+                           "or cuDNN libraries TensorFlow was built for are missing or do not match the driver.",
+                           "pip install 'tensorflow[and-cuda]==2.21.*' to get matching CUDA/cuDNN wheels; check that "
+                           "the driver is recent enough (nvidia-smi) and read TensorFlow's startup log for "
+                           "'Could not load dynamic library'"))
+    elif facts["is_cuda_build"] and drv_gpus == 0 and tf_gpus == 0:
+        out.append(Finding("warning", "This is a CUDA build of TensorFlow but no NVIDIA driver or GPU was found.",
+                           "on a GPU machine install the NVIDIA driver; otherwise nothing to do: the course "
+                           "runs on CPU (tensorflow-cpu is a smaller download)"))
+    if tf_gpus and facts.get("allow_growth_env") not in (None, "true", "false"):
+        out.append(Finding("warning", f"TF_FORCE_GPU_ALLOW_GROWTH={facts['allow_growth_env']!r} is not 'true' "
+                           "or 'false' and will be ignored.", "export TF_FORCE_GPU_ALLOW_GROWTH=true"))
+    w_v = _version_tuple(facts.get("ipywidgets_version"))
+    if "ipywidgets_version" in facts and not w_v:
+        out.append(Finding("warning", "ipywidgets is not installed: the live monitors in topic 08 will print "
+                           "text instead of widgets.", "pip install 'ipywidgets>=7.7'"))
+    elif w_v and w_v[:2] < (7, 7):
+        out.append(Finding("warning", f"ipywidgets {facts['ipywidgets_version']} is older than 7.7.",
+                           "pip install 'ipywidgets>=7.7,<9'"))
+
+    if not any(f.level == "error" for f in out):
+        if tf_gpus:
+            out.append(Finding("ok", f"TensorFlow sees {tf_gpus} GPU(s): the notebooks take the GPU path."))
+        else:
+            out.append(Finding("ok", "No GPU: the notebooks take the CPU path and emulate several devices "
+                               "with logical CPUs."))
+    order = {"error": 0, "warning": 1, "ok": 2}
+    out.sort(key=lambda f: order[f.level])
+    if show:
+        print("\n".join(str(f) for f in out))
+    return out
+
+
+# --------------------------------------------------------------------------- logical devices
+
+
+def _current_split(tf, device) -> int:
+    """How many logical devices this physical device is split into (1 if never configured)."""
+    config = tf.config.get_logical_device_configuration(device)
+    return len(config) if config else 1
+
+
+def _current_limits(tf, device) -> list:
+    config = tf.config.get_logical_device_configuration(device) or []
+    return [c.memory_limit for c in config]
+
+
+def setup_logical_devices(n: int, memory_limit_mb: int | None = None, device_type: str | None = None) -> list:
+    """Split the first GPU (or, without one, the CPU) into ``n`` logical devices.
+
+    Safe to call again with the same arguments (it is idempotent), which is
+    what happens when a notebook is run top to bottom twice.
+
+    Args:
+        n: how many logical devices you want (>= 1).
+        memory_limit_mb: memory per virtual GPU. GPU only; defaults to
+            ``DEFAULT_VIRTUAL_GPU_MB``. CPUs do not support memory limits.
+        device_type: ``"GPU"`` or ``"CPU"`` to force one; default: GPU if any.
+
+    Returns:
+        The logical devices of that type (this initialises the runtime).
+
+    Raises:
+        TooLateError: the runtime already started with a different split; the
+            message says to restart the kernel and call this first.
+        ValueError / TypeError: bad arguments, or a memory limit on CPU.
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be a whole number >= 1, got {n!r}")
+    if device_type is not None and device_type not in ("CPU", "GPU"):
+        raise ValueError(f"device_type must be 'CPU', 'GPU' or None, got {device_type!r}")
+    if memory_limit_mb is not None and (isinstance(memory_limit_mb, bool) or not isinstance(memory_limit_mb, int)
+                                        or memory_limit_mb <= 0):
+        raise ValueError(f"memory_limit_mb must be a positive whole number of MiB, got {memory_limit_mb!r}")
+    tf = _tf()
+    gpus = tf.config.list_physical_devices("GPU")
+    kind = device_type or ("GPU" if gpus else "CPU")
+    physical = tf.config.list_physical_devices(kind)
+    if not physical:
+        raise ValueError(f"no physical {kind} device is visible; device_report() shows what is")
+    if kind == "CPU" and memory_limit_mb is not None:
+        raise ValueError("memory limits are a GPU feature: TensorFlow says 'Setting memory limit on CPU virtual "
+                         "devices is currently not supported'. Call setup_logical_devices(n) without one on CPU.")
+    target = physical[0]
+    limit = (memory_limit_mb or DEFAULT_VIRTUAL_GPU_MB) if kind == "GPU" else None
+    wanted = [limit] * n
+
+    have = _current_split(tf, target)
+    same = have == n and (kind == "CPU" or _current_limits(tf, target) == wanted or
+                          (n == 1 and not tf.config.get_logical_device_configuration(target)
+                           and memory_limit_mb is None))
+    if not same:
+        if runtime_initialized():
+            raise TooLateError(
+                f"Too late: TensorFlow's runtime has already started with {have} logical {kind}(s) on {target.name}, "
+                f"and you asked for {n}. Devices are fixed once any op runs (or logical devices are listed). "
+                f"Restart the kernel (Kernel > Restart Kernel) and run this setup cell before any other "
+                f"TensorFlow code.")
+        configs = [tf.config.LogicalDeviceConfiguration(memory_limit=m) for m in wanted]
+        try:
+            tf.config.set_logical_device_configuration(target, configs)
+        except ValueError as err:
+            if "memory growth" in str(err).lower():
+                raise ValueError(f"{err}. Memory growth and virtual GPUs cannot be combined: turn memory growth "
+                                 f"off (and unset TF_FORCE_GPU_ALLOW_GROWTH), restart the kernel, then split.") from err
+            raise
+    return tf.config.list_logical_devices(kind)
+
+
+def describe(devices: Iterable) -> str:
+    """One line per device: ``name (type)`` for PhysicalDevice/LogicalDevice objects."""
+    return "\n".join(f"{d.name} ({d.device_type})" for d in devices)
+
+
+_PROCESS_PROBE = r"""
+import json, tensorflow as tf
+print("GPUCOURSE_JSON " + json.dumps({
+    "physical": [(d.name, d.device_type) for d in tf.config.list_physical_devices()],
+    "logical": [(d.name, d.device_type) for d in tf.config.list_logical_devices()],
+}))
+"""
+
+
+def fresh_process_devices(env: dict | None = None, timeout: float = 120) -> dict:
+    """Start a fresh Python with extra environment variables and report the devices it sees.
+
+    Device-related environment variables (``CUDA_VISIBLE_DEVICES``,
+    ``TF_FORCE_GPU_ALLOW_GROWTH``, ...) are read once, when TensorFlow starts;
+    setting them later in ``os.environ`` changes nothing in this kernel. A fresh
+    process shows what they would do. Returns ``{"physical": [...], "logical": [...]}``
+    as ``(name, type)`` pairs.
+    """
+    import json
+    import subprocess
+
+    if env is not None and (not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                                   for k, v in env.items())):
+        raise TypeError("env must be a dict of str -> str, e.g. {'CUDA_VISIBLE_DEVICES': '-1'}")
+    full = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **(env or {}))
+    proc = subprocess.run([sys.executable, "-c", _PROCESS_PROBE], env=full, capture_output=True, text=True,
+                          timeout=timeout)
+    for line in proc.stdout.splitlines():
+        if line.startswith("GPUCOURSE_JSON "):
+            data = json.loads(line.split(" ", 1)[1])
+            return {k: [tuple(x) for x in v] for k, v in data.items()}
+    raise RuntimeError(f"the fresh process failed (exit {proc.returncode}): {proc.stderr.strip()[-800:]}")

@@ -1,0 +1,79 @@
+"""The in-notebook ``check("q1")`` learners call for instant feedback."""
+
+from __future__ import annotations
+
+import inspect
+
+from .items import ItemResult, Namespace, items_in, lab_test_path, load_test_file, run_item, score_table
+
+__all__ = ["Checker"]
+
+
+class Checker:
+    """Runs a lab's public tests against the notebook's own variables.
+
+    In the lab's setup cell::
+
+        from gpucourse.grading import Checker
+        check = Checker("01")
+
+    and after each exercise ``check("q1")``. A check prints a result and
+    never raises, whatever the learner's code does (only an interrupt from the
+    Stop button gets through). ``check.summary()`` prints the score so far.
+    """
+
+    def __init__(self, lab: str):
+        if not isinstance(lab, str):
+            raise TypeError(f"lab must be a string like '01', got {lab!r}")
+        self.lab = lab.zfill(2)
+        self._items = {spec.key: (spec, fn) for spec, fn in items_in(load_test_file(lab_test_path(self.lab)))}
+        self.results: dict[str, ItemResult] = {}
+
+    @property
+    def keys(self) -> list[str]:
+        return list(self._items)
+
+    def __call__(self, key: str, namespace: dict | None = None) -> None:
+        """Check item ``key`` against the caller's variables (or ``namespace``) and print the result.
+
+        The result is kept in ``self.results[key]``.
+        """
+        if key not in self._items:
+            print(f"⚠️ Lab {self.lab} has no item {key!r}; its items are {', '.join(self._items)}.")
+            return
+        if namespace is None:
+            namespace = inspect.currentframe().f_back.f_globals
+        spec, fn = self._items[key]
+        self.results[key] = _run(spec, fn, namespace)
+        print(self.results[key].line())
+
+    def run_all(self, namespace: dict | None = None) -> None:
+        """Check every item (quietly), then print the summary."""
+        if namespace is None:
+            namespace = inspect.currentframe().f_back.f_globals
+        for key, (spec, fn) in self._items.items():
+            self.results[key] = _run(spec, fn, namespace)
+        self.summary()
+
+    def rows(self) -> list[ItemResult]:
+        """One result per item in lab order; items not checked yet count as 0."""
+        return [self.results.get(key) or ItemResult(key, spec.title, 0, spec.points, "todo",
+                                                     f"not checked yet: run check({key!r})")
+                for key, (spec, _) in self._items.items()]
+
+    def score(self) -> tuple[int, int]:
+        """(points so far, maximum points)."""
+        rows = self.rows()
+        return sum(r.points for r in rows), sum(r.max_points for r in rows)
+
+    def summary(self) -> None:
+        """Print the score over all items; unchecked items count as 0."""
+        print(score_table(self.rows(), title=f"Lab {self.lab}"))
+
+    def __repr__(self) -> str:
+        return f"Checker(lab={self.lab!r}, items={self.keys})"
+
+
+def _run(spec, fn, namespace):
+    """Run one item over the learner's public (non-underscore) variables."""
+    return run_item(spec, fn, Namespace({k: v for k, v in namespace.items() if not k.startswith("_")}))

@@ -1,0 +1,202 @@
+"""Graded items: how a lab's tests are written, found and run.
+
+A lab's tests are plain functions in ``gpucourse/labtests/labNN.py`` (public)
+or in any extra file an instructor passes to the grader (hidden tests)::
+
+    from gpucourse.grading.items import item, Fail
+
+    @item("q1", points=2, title="summarise_devices counts devices by type")
+    def q1(ns):
+        fn = ns.function("summarise_devices")
+        got = fn([...fresh input...])
+        if got != expected:
+            raise Fail(f"for ... expected {expected}, got {got}")
+
+``ns`` is a :class:`Namespace` over the learner's notebook variables. A test
+passes if it returns; it fails with the message of the :class:`Fail` (or
+``AssertionError``) it raises. ``NotImplementedError`` from the learner's code
+means "not attempted yet"; any other exception is reported with where it
+happened. Points are all or nothing per item.
+
+This module uses the standard library only, so the grader can load a fresh
+copy of it by file path, out of reach of anything a submission patched.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import traceback
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, Mapping
+
+__all__ = ["Fail", "ItemResult", "ItemSpec", "Namespace", "item", "items_in", "lab_ids", "lab_test_path",
+           "load_test_file", "run_item", "score_table"]
+
+LABTESTS_DIR = Path(__file__).resolve().parent.parent / "labtests"
+_MARK = "__gpucourse_item__"
+
+
+class Fail(AssertionError):
+    """Raise in a test with a message addressed to the learner."""
+
+
+@dataclass(frozen=True)
+class ItemSpec:
+    key: str
+    points: int
+    title: str
+
+
+def item(key: str, points: int = 1, title: str = ""):
+    """Mark a function ``fn(ns)`` as the graded item ``key`` worth ``points``."""
+    if not isinstance(key, str) or not key.isidentifier():
+        raise ValueError(f"item key must be a short identifier like 'q1', got {key!r}")
+    if isinstance(points, bool) or not isinstance(points, int) or points < 1:
+        raise ValueError(f"points must be a whole number >= 1, got {points!r}")
+
+    def mark(fn: Callable) -> Callable:
+        doc = (fn.__doc__ or "").strip().splitlines()
+        setattr(fn, _MARK, ItemSpec(key, points, title or (doc[0] if doc else key)))
+        return fn
+
+    return mark
+
+
+class Namespace:
+    """Read-only view of the learner's notebook variables, with learner-facing errors."""
+
+    def __init__(self, mapping: Mapping[str, object]):
+        self._ns = dict(mapping)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._ns
+
+    def value(self, name: str):
+        """The variable ``name``; fails with a hint if the learner has not defined it."""
+        if name not in self._ns:
+            raise Fail(f"`{name}` is not defined. Run the cell that defines it (and the cells above it) first.")
+        return self._ns[name]
+
+    def function(self, name: str) -> Callable:
+        """The function ``name``; fails with a hint if missing or not callable."""
+        obj = self.value(name)
+        if not callable(obj):
+            raise Fail(f"`{name}` should be a function, but it is a {type(obj).__name__}.")
+        return obj
+
+
+@dataclass
+class ItemResult:
+    key: str
+    title: str
+    points: int
+    max_points: int
+    status: str  # "pass", "fail", "todo" (not attempted) or "error"
+    message: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "pass"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def line(self) -> str:
+        """One learner-facing line (plus the message, indented)."""
+        icon = {"pass": "✅", "fail": "❌", "todo": "📝", "error": "💥"}[self.status]
+        text = f"{icon} {self.key} ({self.points}/{self.max_points}) {self.title}"
+        if self.message:
+            text += "\n   " + self.message.replace("\n", "\n   ")
+        return text
+
+
+def _where(exc: BaseException, test_file: str | None) -> str:
+    """Describe the innermost frame outside the test file (the learner's code)."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename != test_file
+              and not f.filename.endswith(("items.py", "checker.py"))]
+    if not frames:
+        return ""
+    f = frames[-1]
+    return f" (in `{f.name}`, line: {f.line.strip()})" if f.line else f" (in `{f.name}`)"
+
+
+def run_item(spec: ItemSpec, fn: Callable, ns: Namespace | Mapping) -> ItemResult:
+    """Run one item and classify the outcome. Never raises (except KeyboardInterrupt)."""
+    if not isinstance(ns, Namespace):
+        ns = Namespace(ns)
+    test_file = getattr(getattr(fn, "__code__", None), "co_filename", None)
+
+    def result(status, message=""):
+        pts = spec.points if status == "pass" else 0
+        return ItemResult(spec.key, spec.title, pts, spec.points, status, message)
+
+    try:
+        fn(ns)
+    except KeyboardInterrupt:
+        raise
+    except NotImplementedError:
+        return result("todo", "Not attempted yet: your code still raises NotImplementedError. "
+                              "Replace the `raise NotImplementedError` line under the TODO with your code.")
+    except AssertionError as exc:  # Fail is an AssertionError
+        msg = str(exc).strip()
+        if not msg:
+            tb = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == test_file]
+            msg = f"check failed: {tb[-1].line.strip()}" if tb and tb[-1].line else "a check failed"
+        return result("fail", msg)
+    except BaseException as exc:  # learner code may raise anything, even SystemExit
+        return result("error", f"Your code raised {type(exc).__name__}: {exc}{_where(exc, test_file)}")
+    return result("pass")
+
+
+def items_in(module) -> list[tuple[ItemSpec, Callable]]:
+    """The graded items defined in ``module``, in definition order."""
+    found = [(getattr(obj, _MARK), obj) for obj in vars(module).values() if hasattr(obj, _MARK)]
+    keys = [s.key for s, _ in found]
+    dupes = sorted({k for k in keys if keys.count(k) > 1})
+    if dupes:
+        raise ValueError(f"{getattr(module, '__file__', module)} defines item(s) {dupes} more than once")
+    return found
+
+
+def load_test_file(path: str | Path):
+    """Import a test file by path as a fresh module (never reusing ``sys.modules``)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"test file not found: {path}")
+    name = f"_gpucourse_tests_{path.stem}_{uuid.uuid4().hex[:8]}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses and pickling need it registered
+    try:
+        spec.loader.exec_module(module)
+    except Exception:
+        sys.modules.pop(name, None)
+        raise
+    return module
+
+
+def lab_ids() -> list[str]:
+    """The labs that have public tests, e.g. ``['01', '02']``."""
+    return sorted(p.stem[3:] for p in LABTESTS_DIR.glob("lab[0-9][0-9].py"))
+
+
+def lab_test_path(lab: str) -> Path:
+    """Path of the public tests for ``lab`` ('01' .. '08')."""
+    lab = str(lab).zfill(2)
+    path = LABTESTS_DIR / f"lab{lab}.py"
+    if not path.is_file():
+        raise ValueError(f"there is no lab {lab!r}; labs with tests: {', '.join(lab_ids()) or 'none'}")
+    return path
+
+
+def score_table(results: list[ItemResult], title: str = "") -> str:
+    """Learner-facing table: one block per item, then the total."""
+    got = sum(r.points for r in results)
+    total = sum(r.max_points for r in results)
+    lines = [title] if title else []
+    lines += [r.line() for r in results]
+    lines.append(f"Score: {got}/{total}")
+    return "\n".join(lines)
