@@ -120,8 +120,6 @@ def test_nvml_without_driver_is_empty_list():
 
 @pytest.mark.gpu
 def test_gpu_path_splits_into_virtual_gpus(fresh_python):
-    if not devices.nvml_gpus():
-        pytest.skip("no NVIDIA GPU on this machine")
     out = fresh_python("from gpucourse import devices\n"
                        "print(len(devices.setup_logical_devices(2, memory_limit_mb=512)))\n"
                        "print(devices.device_report().gpu_count)")

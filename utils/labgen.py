@@ -13,7 +13,7 @@ Markers in a solution notebook:
 ``# NBVAL_CHECK_OUTPUT``
     Removed in the lab: labs are stored without outputs.
 ``(solution)`` in the first heading
-    Becomes ``(lab)``.
+    Becomes ``(lab)``; the Colab badge is pointed at the lab.
 
 Outputs and execution counts are cleared, and the notebook metadata gets
 ``"gpucourse": {"lab": "NN", "kind": "lab"}`` so the grader knows the lab.
@@ -90,7 +90,10 @@ def generate_lab(solution: Path):
             new.metadata.pop("execution", None)
         cells.append(new)
     if cells and cells[0].cell_type == "markdown":
-        cells[0].source = cells[0].source.replace("(solution)", "(lab)", 1)
+        from .colab import colab_url
+
+        title = cells[0].source.replace("(solution)", "(lab)", 1)
+        cells[0].source = title.replace(colab_url(f"solutions/{solution.name}"), colab_url(f"labs/{solution.name}"))
     lab.cells = cells
     lab.metadata["gpucourse"] = {"lab": m.group(1), "kind": "lab"}
     lab.metadata.pop("widgets", None)

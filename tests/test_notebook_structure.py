@@ -1,0 +1,115 @@
+"""Every notebook: Colab badge, identical setup cell, guide structure; the syllabus is complete; README links work."""
+
+import re
+import sys
+import types
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from gpucourse import colab
+
+ROOT = Path(__file__).resolve().parent.parent
+TOPICS = {
+    "01": "device_detection", "02": "placement_logging", "03": "memory", "04": "distribution",
+    "05": "mixed_precision", "06": "xla", "07": "tf_data", "08": "profiling_capstone",
+}
+MODULES = {"01": "devices", "02": "placement", "03": "memory", "04": "distribute", "05": "precision",
+           "06": "xla", "07": "pipeline", "08": "profiling"}
+NOTEBOOKS = sorted(p for d in ("notebooks", "labs", "solutions") for p in (ROOT / d).glob("*.ipynb"))
+
+
+def _rel(p: Path) -> str:
+    return p.relative_to(ROOT).as_posix()
+
+
+@pytest.mark.parametrize("nn", sorted(TOPICS))
+def test_every_topic_is_complete(nn):
+    name = TOPICS[nn]
+    for folder in ("notebooks", "labs", "solutions"):
+        assert (ROOT / folder / f"{nn}_{name}.ipynb").is_file(), f"missing {folder}/{nn}_{name}.ipynb"
+    assert (ROOT / "utils" / "labtests" / f"lab{nn}.py").is_file()
+    assert (ROOT / "utils" / f"{MODULES[nn]}.py").is_file()
+    assert (ROOT / "tests" / f"test_{MODULES[nn]}.py").is_file(), f"the {MODULES[nn]} helpers need unit tests"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=_rel)
+def test_badge_and_setup_cell(path):
+    nb = nbformat.read(path, as_version=4)
+    first = nb.cells[0]
+    assert first.cell_type == "markdown" and first.source.startswith("# ")
+    assert colab.colab_url(_rel(path)) in first.source, "the Colab badge must open this very notebook"
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert code and code[0].source == colab.SETUP_CELL, "the first code cell must be gpucourse.colab.SETUP_CELL"
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "notebooks").glob("*.ipynb")), ids=_rel)
+def test_tutorial_reads_like_a_guide(path):
+    nb = nbformat.read(path, as_version=4)
+    md = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    for heading in ("**Objective", "## Summary", "## Exercises"):
+        assert heading in md, f"{path.name} lacks {heading}"
+    checked = [c for c in nb.cells if c.cell_type == "code" and c.source.startswith("# NBVAL_CHECK_OUTPUT")]
+    assert len(checked) >= 2, "each tutorial needs deterministic cells checked by nbval"
+    assert all(c.outputs for c in checked), "checked cells need stored outputs"
+
+
+@pytest.mark.parametrize("path", [p for p in NOTEBOOKS if "labs" not in p.parts], ids=_rel)
+def test_stored_outputs_have_no_errors(path):
+    nb = nbformat.read(path, as_version=4)
+    for i, c in enumerate(nb.cells):
+        if c.cell_type == "code":
+            errs = [o for o in c.outputs if o.output_type == "error"]
+            assert not errs, f"cell {i} of {path.name} stored an error: {errs[0].get('ename')}"
+
+
+def test_readme_links_every_notebook_and_links_resolve():
+    readme = (ROOT / "README.md").read_text()
+    for p in NOTEBOOKS:
+        if "solutions" not in p.parts:
+            assert f"]({_rel(p)})" in readme, f"README does not link {_rel(p)}"
+            assert colab.colab_url(_rel(p)) in readme, f"README lacks the Colab badge of {_rel(p)}"
+    for target in re.findall(r"\]\(((?!https?://)[^)#]+)\)", readme):
+        assert (ROOT / target).exists(), f"README links to missing {target}"
+
+
+def _run_setup_cell(monkeypatch, in_colab: bool):
+    """Execute SETUP_CELL as IPython would, recording %pip calls instead of running them."""
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    calls = []
+
+    class FakeShell:
+        def run_line_magic(self, name, line):
+            calls.append((name, line))
+
+    if in_colab:
+        monkeypatch.setitem(sys.modules, "google.colab", types.ModuleType("google.colab"))
+    else:
+        monkeypatch.delitem(sys.modules, "google.colab", raising=False)
+    code = TransformerManager().transform_cell(colab.SETUP_CELL)
+    exec(compile(code, "setup-cell", "exec"), {"get_ipython": lambda: FakeShell()})
+    return calls
+
+
+def test_setup_cell_installs_only_in_colab_and_keeps_colab_packages(monkeypatch, capsys):
+    assert _run_setup_cell(monkeypatch, in_colab=False) == []
+    calls = _run_setup_cell(monkeypatch, in_colab=True)
+    assert len(calls) == 1 and calls[0][0] == "pip"
+    line = calls[0][1]
+    assert "--no-deps" in line and f"github.com/{colab.REPO}" in line
+    assert "tensorflow" not in line and "ipywidgets" not in line and "--upgrade" not in line
+    assert "gpucourse ready" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("version, warns", [("7.7.1", False), ("8.1.5", False), ("7.6.5", True), ("9.0.0", True)])
+def test_version_warnings(monkeypatch, version, warns):
+    fake = types.ModuleType("ipywidgets")
+    fake.__version__ = version
+    monkeypatch.setitem(sys.modules, "ipywidgets", fake)
+    problems = colab.version_problems()
+    assert any("ipywidgets" in p for p in problems) == warns
+    if warns:
+        with pytest.warns(UserWarning, match="ipywidgets"):
+            colab.check_versions()
