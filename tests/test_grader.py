@@ -129,3 +129,25 @@ def test_batch_gradebook(tmp_path, capsys):
     first = (out / "gradebook.json").read_text()
     assert cli_main(args) == 0  # idempotent: same gradebook again
     assert (out / "gradebook.json").read_text() == first
+
+
+def test_rewriting_test_files_on_disk_gains_nothing(tmp_path):
+    hidden = tmp_path / "hidden.py"
+    hidden.write_text(
+        "from gpucourse.grading.items import item, Fail\n"
+        "@item('h1', points=5, title='hidden: two GPUs and a CPU')\n"
+        "def h1(ns):\n"
+        "    import tensorflow as tf\n"
+        "    devs = [tf.config.PhysicalDevice(f'/physical_device:GPU:{i}', 'GPU') for i in range(2)]\n"
+        "    if ns.function('summarise_devices')(devs) != {'GPU': 2}:\n"
+        "        raise Fail('expected {\"GPU\": 2}')\n")
+    forged = ("from gpucourse.grading.items import item\n"
+              "@item('h1', points=5)\ndef h1(ns):\n    pass\n"
+              "@item('bonus', points=50)\ndef bonus(ns):\n    pass\n")
+    sub = _lab01_with(tmp_path, {"def summarise_devices": (
+        "def summarise_devices(devices):\n    return {}\n"
+        f"open({str(hidden)!r}, 'w').write({forged!r})\n")})
+    rep = grade_notebook(sub, extra_tests=[hidden], timeout=240)
+    keys = {r["key"]: r["status"] for r in rep.items}
+    assert "bonus" not in keys and keys["h1"] == "fail" and keys["q1"] == "fail", rep.table()
+    assert rep.max_score == 15 and rep.score == 8

@@ -24,16 +24,16 @@ copy of it by file path, out of reach of anything a submission patched.
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 import traceback
+import types
 import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Mapping
 
 __all__ = ["Fail", "ItemResult", "ItemSpec", "Namespace", "item", "items_in", "lab_ids", "lab_test_path",
-           "load_test_file", "run_item", "score_table"]
+           "load_test_file", "load_test_source", "run_item", "score_table"]
 
 LABTESTS_DIR = Path(__file__).resolve().parent.parent / "labtests"
 _MARK = "__gpucourse_item__"
@@ -166,12 +166,17 @@ def load_test_file(path: str | Path):
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"test file not found: {path}")
-    name = f"_gpucourse_tests_{path.stem}_{uuid.uuid4().hex[:8]}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
+    return load_test_source(path.read_text(), str(path))
+
+
+def load_test_source(source: str, filename: str):
+    """Build a fresh module from test source text (``filename`` is used in tracebacks)."""
+    name = f"_gpucourse_tests_{Path(filename).stem}_{uuid.uuid4().hex[:8]}"
+    module = types.ModuleType(name)
+    module.__file__ = filename
     sys.modules[name] = module  # dataclasses and pickling need it registered
     try:
-        spec.loader.exec_module(module)
+        exec(compile(source, filename, "exec"), module.__dict__)
     except Exception:
         sys.modules.pop(name, None)
         raise

@@ -12,9 +12,10 @@ How a submission is graded:
    tests rely on. Then the submission's code cells run, in order, with a
    wall-clock budget for the whole notebook. Errors in a cell do not stop the
    run: later cells may still define what is graded.
-4. A hidden *postlude* cell loads a fresh copy of the grading code and of each
-   test file by path (so a submission that redefined ``check`` or patched the
-   grading module gains nothing), asks the guard whether any watched function
+4. A hidden *postlude* cell builds fresh copies of the grading code and of each
+   test file from their text, read by the grader before the submission ran (so a
+   submission that redefined ``check``, patched the grading module or rewrote a
+   test file on disk gains nothing, and hidden tests are never visible to it), asks the guard whether any watched function
    was replaced, and runs every item against the submission's variables.
    If anything was tampered with, all marks are withheld and the report
    says what was patched.
@@ -95,20 +96,20 @@ del _gpucourse_install_guard
 '''
 
 _POSTLUDE_CODE = r'''
-def _gpucourse_postlude(items_py, guard_name, tests, result_path):
-    import importlib.util, json, sys
-    spec = importlib.util.spec_from_file_location(guard_name + "_items", items_py)
-    items = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = items
-    spec.loader.exec_module(items)
+def _gpucourse_postlude(items_path, items_src, guard_name, tests, result_path):
+    import json, sys, types
+    items = types.ModuleType(guard_name + "_items")
+    items.__file__ = items_path
+    sys.modules[items.__name__] = items
+    exec(compile(items_src, items_path, "exec"), items.__dict__)
     hidden = {"In", "Out", "get_ipython", "exit", "quit"}
     ns = items.Namespace({k: v for k, v in globals().items() if not k.startswith("_") and k not in hidden})
     guard = sys.modules.get(guard_name)
     tampering = guard.compare() if guard is not None else ["the grader's guard was removed from sys.modules"]
     out = {"tampering": tampering, "results": [], "test_errors": []}
-    for source, path in tests:
+    for source, path, text in tests:
         try:
-            module = items.load_test_file(path)
+            module = items.load_test_source(text, path)
             found = items.items_in(module)
         except Exception as exc:
             out["test_errors"].append(f"{path}: {type(exc).__name__}: {exc}")
@@ -120,7 +121,7 @@ def _gpucourse_postlude(items_py, guard_name, tests, result_path):
     with open(result_path, "w") as fh:
         json.dump(out, fh)
 
-_gpucourse_postlude(%(items_py)r, %(guard)r, %(tests)r, %(result)r)
+_gpucourse_postlude(%(items_py)r, %(items_src)r, %(guard)r, %(tests)r, %(result)r)
 del _gpucourse_postlude
 '''
 
@@ -317,8 +318,11 @@ def _execute(report: GradeReport, code_cells, tests, timeout, kernel_name, place
     cells = [nbformat.v4.new_code_cell(_GUARD_CODE % {"guard": guard, "modules": WATCHED_MODULES,
                                                                  "skip": KERNEL_SWAPPED})]
     cells += [nbformat.v4.new_code_cell(c.source) for _, c in code_cells]
+    # Test code travels as text, read before the submission ran: a submission cannot rewrite the
+    # test files on disk to its advantage, nor read hidden tests while it runs.
+    sources = [(source, path, Path(path).read_text()) for source, path in tests]
     cells.append(nbformat.v4.new_code_cell(_POSTLUDE_CODE % {
-        "items_py": str(ITEMS_PY), "guard": guard, "tests": tests, "result": str(result_path)}))
+        "items_py": str(ITEMS_PY), "items_src": ITEMS_PY.read_text(), "guard": guard, "tests": sources, "result": str(result_path)}))
     nb = nbformat.v4.new_notebook(cells=cells)
     nb.metadata["kernelspec"] = {"name": kernel_name, "display_name": "Python 3", "language": "python"}
     client = NotebookClient(nb, timeout=timeout, kernel_name=kernel_name, allow_errors=True,
