@@ -136,3 +136,10 @@ def test_scan_source_flags_patching():
     assert "tf.config.list_physical_devices" in text and "gi.run_item" in text
     assert "setattr on tf" in text and "sys.modules" in text
     assert "model.trainable" not in text
+
+
+def test_labgen_only_one_lab(root, capsys):
+    assert labgen.main(["--check", "--only", "1", "--root", str(root)]) == 0
+    with pytest.raises(SystemExit):
+        labgen.main(["--only", "42", "--root", str(root)])
+    assert "no solution notebook matches" in capsys.readouterr().err

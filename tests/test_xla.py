@@ -5,29 +5,7 @@ import math
 import pytest
 
 from gpucourse import xla
-
-HANDMADE = """HloModule handmade, entry_computation_layout={(f32[4]{0})->(f32[4]{0}, f32[])}
-
-%add_f32 (a: f32[], b: f32[]) -> f32[] {
-  %a = f32[] parameter(0)
-  %b = f32[] parameter(1)
-  ROOT %sum = f32[] add(f32[] %a, f32[] %b)
-}
-
-%fused_computation (p: f32[4]) -> f32[4] {
-  %p = f32[4]{0} parameter(0)
-  %e = f32[4]{0} exponential(%p), metadata={op_type="Exp" op_name="exp(add)"}
-  ROOT %m = f32[4]{0} multiply(%e, %p)
-}
-
-ENTRY %main (x: f32[4]) -> (f32[4], f32[]) {
-  %x = f32[4]{0} parameter(0)
-  %zero = f32[] constant(0)
-  %exp_multiply_fusion = f32[4]{0} fusion(%x), kind=kLoop, calls=%fused_computation
-  %r = f32[] reduce(f32[4]{0} %exp_multiply_fusion, f32[] %zero), dimensions={0}, to_apply=%add_f32
-  ROOT %out = (f32[4]{0}, f32[]) tuple(%exp_multiply_fusion, %r)
-}
-"""
+from gpucourse.labtests.lab06 import _HANDMADE as HANDMADE  # the same hand-written module the lab uses
 
 
 def test_import_does_not_load_tensorflow(fresh_python):

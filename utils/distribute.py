@@ -269,6 +269,26 @@ def cross_device_ops_of(strategy) -> CrossDeviceChoice:
 # --------------------------------------------------------------------------- scaling
 
 
+def _mse_replica_step(model, optimizer, global_batch: int):
+    """One replica's SGD step on mean squared error, averaged over the *global* batch.
+
+    ``tf.nn.compute_average_loss`` divides by the global batch, so summing the
+    replicas' losses (and their gradients, which the strategy all-reduces) gives
+    the same update as one device training on the whole batch.
+    """
+    tf = _tf()
+
+    def replica_step(xb, yb):
+        with tf.GradientTape() as tape:
+            per_example = tf.reduce_mean(tf.square(yb - model(xb, training=True)), axis=-1)
+            loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    return replica_step
+
+
 def make_step_runner(strategy, per_replica_batch: int = 64, steps: int = 5, features: int = 64,
                      units: int = 256, seed: int = 0):
     """A zero-argument callable that runs ``steps`` training steps of a small MLP under ``strategy``.
@@ -300,13 +320,7 @@ def make_step_runner(strategy, per_replica_batch: int = 64, steps: int = 5, feat
                                   keras.layers.Dense(units, activation="relu"), keras.layers.Dense(1)])
         optimizer = keras.optimizers.SGD(0.01)
 
-    def replica_step(xb, yb):
-        with tf.GradientTape() as tape:
-            per_example = tf.reduce_mean(tf.square(yb - model(xb, training=True)), axis=-1)
-            loss = tf.nn.compute_average_loss(per_example, global_batch_size=gbs)
-        grads = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables))
-        return loss
+    replica_step = _mse_replica_step(model, optimizer, gbs)
 
     @tf.function
     def run_steps(iterator):
@@ -657,13 +671,7 @@ def _run_worker(steps: int, per_replica_batch: int, seed: int, mode: str) -> dic
     else:
         dist = iter(strategy.distribute_datasets_from_function(dataset_fn))
 
-        def replica_step(xb, yb):
-            with tf.GradientTape() as tape:
-                per_example = tf.reduce_mean(tf.square(yb - model(xb, training=True)), axis=-1)
-                loss = tf.nn.compute_average_loss(per_example, global_batch_size=gbs)
-            grads = tape.gradient(loss, model.trainable_variables)
-            optimizer.apply_gradients(zip(grads, model.trainable_variables))
-            return loss
+        replica_step = _mse_replica_step(model, optimizer, gbs)
 
         @tf.function
         def train_step(iterator):

@@ -20,6 +20,7 @@ Outputs and execution counts are cleared, and the notebook metadata gets
 
     python -m gpucourse.labgen            # write labs/ from solutions/
     python -m gpucourse.labgen --check    # exit 1 if labs/ is out of date
+    python -m gpucourse.labgen --only 03  # just one lab (others may be mid-edit)
 """
 
 from __future__ import annotations
@@ -111,9 +112,14 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m gpucourse.labgen", description="Generate labs/ from solutions/.")
     ap.add_argument("--check", action="store_true", help="only report labs that differ; exit 1 if any")
     ap.add_argument("--root", type=Path, default=ROOT, help="repository root (default: this checkout)")
+    ap.add_argument("--only", metavar="NN", help="only the lab with this number, e.g. 03")
     a = ap.parse_args(argv)
+    pattern = f"{a.only.zfill(2)}_*.ipynb" if a.only else "[0-9][0-9]_*.ipynb"
+    solutions = sorted((a.root / "solutions").glob(pattern))
+    if a.only and not solutions:
+        ap.error(f"no solution notebook matches solutions/{pattern}")
     stale = []
-    for sol in sorted((a.root / "solutions").glob("[0-9][0-9]_*.ipynb")):
+    for sol in solutions:
         text = render(generate_lab(sol))
         dest = lab_path_for(sol)
         if not dest.is_file() or dest.read_text() != text:
