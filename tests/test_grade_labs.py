@@ -1,4 +1,4 @@
-"""Every solution scores full marks; every unsolved lab runs to the end and scores 0."""
+"""Every unsolved lab, run through the grader, runs to the end and scores 0 with feedback."""
 
 from pathlib import Path
 
@@ -7,17 +7,7 @@ import pytest
 from gpucourse.grading.runner import grade_notebook
 
 ROOT = Path(__file__).resolve().parent.parent
-SOLUTIONS = sorted((ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
 LABS = sorted((ROOT / "labs").glob("[0-9][0-9]_*.ipynb"))
-
-
-@pytest.mark.parametrize("path", SOLUTIONS, ids=[p.stem for p in SOLUTIONS])
-def test_solution_scores_full_marks(path):
-    rep = grade_notebook(path, timeout=300)
-    assert rep.status == "graded", rep.table()
-    assert rep.max_score > 0 and rep.score == rep.max_score, rep.table()
-    assert len(rep.items) >= 3, "each lab needs at least 3 graded items"
-    assert not rep.cell_errors and not rep.flags, rep.table()
 
 
 @pytest.mark.parametrize("path", LABS, ids=[p.stem for p in LABS])
