@@ -61,6 +61,7 @@ class JupyterLab:
                "JUPYTERLAB_WORKSPACES_DIR": str(home / "workspaces"), "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
                "JUPYTER_CONFIG_DIR": str(home / "config")}
         env.pop("PYTEST_CURRENT_TEST", None)
+        env.pop("MPLBACKEND", None)  # the kernel must use the inline backend, as for a learner
         self.log = open(home / "jupyterlab.log", "w")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={self.port}",
@@ -156,7 +157,8 @@ def test_lab_runs_in_jupyterlab(tmp_path):
         explorer = explorer.first
         explorer.scroll_into_view_if_needed()
         assert explorer.locator(".widget-slider, .widget-hslider").count() >= 1
-        status = explorer.locator(".widget-html")
+        status = explorer.locator(".widget-html", has_text="utilisation:")
+        assert status.count() == 1, "the explorer needs exactly one 'utilisation: ...' HTML widget"
         assert "not measured yet" in status.inner_text()
 
         # Plots appear as images.
@@ -165,7 +167,7 @@ def test_lab_runs_in_jupyterlab(tmp_path):
         # Interacting with the widget changes its output.
         explorer.locator("button", has_text="Measure").click()
         page.wait_for_function(
-            "() => /utilisation: \\d+(\\.\\d+)?%/.test(document.querySelector('.gpucourse-explorer .widget-html')"
-            ".innerText)", timeout=60_000)
+            "() => [...document.querySelectorAll('.gpucourse-explorer .widget-html')]"
+            ".some(e => /utilisation: \\d+(\\.\\d+)?%/.test(e.innerText))", timeout=60_000)
         assert "utilisation:" in status.inner_text() and "not measured" not in status.inner_text()
     assert shot.is_file() and shot.stat().st_size > 10_000
