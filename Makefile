@@ -46,8 +46,11 @@ system-deps:
 	  fi; \
 	fi
 
+# JupyterLab refuses to start as root (containers, cloud VMs) unless told it may.
+ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
+
 lab: env
-	$(VENV)/bin/jupyter lab --port=$(PORT) --ServerApp.root_dir=. notebooks/01_device_detection.ipynb
+	$(VENV)/bin/jupyter lab --port=$(PORT) --ServerApp.root_dir=. $(ROOT_FLAG) notebooks/01_device_detection.ipynb
 
 test: env system-deps
 	$(PY) -m pytest -n $(JOBS) --dist loadfile $(PYTEST_ARGS)

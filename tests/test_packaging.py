@@ -44,6 +44,7 @@ def test_readme_commands_exist_and_ci_uses_them(root):
     ci = (root / ".ci" / "run").read_text()
     assert "make test" in ci
     assert "-n $(JOBS) --dist loadfile" in make
+    assert "--allow-root" in make, "make lab must work as root (containers) too"
     addopts = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["addopts"]
     for opt in ("--nbval-lax", "--nbval-current-env", "--nbval-sanitize-with", "tests.nbval_hooks"):
         assert opt in addopts
