@@ -120,7 +120,15 @@ def test_nvml_without_driver_is_empty_list():
 
 @pytest.mark.gpu
 def test_gpu_path_splits_into_virtual_gpus(fresh_python):
-    out = fresh_python("from gpucourse import devices\n"
+    out = fresh_python("import tensorflow as tf\nfrom gpucourse import devices\n"
                        "print(len(devices.setup_logical_devices(2, memory_limit_mb=512)))\n"
-                       "print(devices.device_report().gpu_count)")
-    assert out.split()[0] == "2"
+                       "print(devices.device_report().gpu_count)\n"
+                       "first = tf.config.list_physical_devices('GPU')[0]\n"
+                       "print([c.memory_limit for c in tf.config.get_logical_device_configuration(first)])\n"
+                       "print(len(devices.setup_logical_devices(2, memory_limit_mb=512)))\n"
+                       "try:\n    devices.setup_logical_devices(3, memory_limit_mb=512)\n"
+                       "except devices.TooLateError:\n    print('too late')\n")
+    lines = out.splitlines()
+    logical, physical = int(lines[0]), int(lines[1])
+    assert physical >= 1 and logical == physical + 1  # GPU 0 split in two; any other GPU stays whole
+    assert lines[2] == "[512, 512]" and int(lines[3]) == logical and lines[4] == "too late"

@@ -115,7 +115,7 @@ with placement.capture():
 print("soft", soft.ran_on, "| hard", hard.ok, hard.error)
 print("here", here.ran_on, "| junk", junk.error.split(":")[0])
 print("restored", tf.config.get_soft_device_placement())
-""")
+""", env={"CUDA_VISIBLE_DEVICES": "-1"})  # logical CPUs only: on a GPU machine the default device is GPU:0
     lines = out.splitlines()
     assert lines[0] == "True False"
     assert "RandomUniform ['CPU:2']" in lines
@@ -160,7 +160,8 @@ def test_gpu_placement(fresh_python):
         "import tensorflow as tf\nfrom gpucourse import placement\nplacement.start_logging()\n"
         "with placement.capture() as log:\n    x = tf.ones((8, 8)) @ tf.ones((8, 8))\n"
         "print(placement.devices_of([x]), log.op_devices(kind='executed'))\n"
-        "with placement.capture():\n    print(placement.attempt('/GPU:0', soft=False).ran_on)\n")
+        "with placement.capture():\n    strict = placement.attempt('/GPU:0', soft=False)\n"
+        "print(strict.ran_on)\n")  # print outside capture(): it captures (and hides) prints too
     assert "GPU:0" in out.splitlines()[0] and out.split()[-1] == "GPU:0"
 
 

@@ -207,7 +207,8 @@ def test_memory_by_policy_bad_input(keras_f32):
 def test_measure_peak_bytes():
     import tensorflow as tf
 
-    peak = precision.measure_peak_bytes(lambda: tf.ones((256, 1024)) * 2.0, "CPU:0")
+    with tf.device("/CPU:0"):  # on a GPU machine the op would otherwise run (and allocate) on GPU:0
+        peak = precision.measure_peak_bytes(lambda: tf.ones((256, 1024)) * 2.0, "CPU:0")
     assert isinstance(peak, int) and peak >= 256 * 1024 * 4
     with pytest.raises(TypeError):
         precision.measure_peak_bytes(42)

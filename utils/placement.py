@@ -441,7 +441,9 @@ def probe_order(befores: dict, timeout: float = 180) -> list[OrderProbe]:
             raise TypeError(f"labels and code must be strings, got {label!r}: {type(code).__name__}")
     if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout <= 0:
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    # The probes run side by side, next to this kernel: on a GPU each would otherwise reserve nearly all
+    # the memory left on every GPU, and the later ones would start with none. One tiny op needs little.
+    env = {"TF_FORCE_GPU_ALLOW_GROWTH": "true", **os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     procs = {label: subprocess.Popen([sys.executable, "-c", _ORDER_PROBE, code], stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True, env=env)
              for label, code in befores.items()}

@@ -387,7 +387,9 @@ def run_probes(jobs: Sequence[ProbeJob], timeout: float = 120) -> list[CompilePr
         for i, job in enumerate(jobs):
             dump = os.path.join(root, f"job{i}")
             os.mkdir(dump)
-            env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **job.env, "TF_XLA_FLAGS": job.tf_xla_flags,
+            # Parallel processes on one GPU: memory growth, or the first would reserve nearly all of it.
+            env = {"TF_FORCE_GPU_ALLOW_GROWTH": "true", **os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **job.env,
+                   "TF_XLA_FLAGS": job.tf_xla_flags,
                    "XLA_FLAGS": f"--xla_dump_to={dump}"}
             proc = subprocess.Popen([sys.executable, "-c", job.code], stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, text=True, env=env)
