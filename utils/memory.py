@@ -28,7 +28,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -100,18 +99,22 @@ def format_bytes(n) -> str:
 
 # --------------------------------------------------------------------------- devices and counters
 
-_DEVICE_RX = re.compile(r"^(?:.*/)?(?:device:)?(CPU|GPU):(\d+)$", re.IGNORECASE)
 
 
 def normalize_device(device) -> str:
     """'/device:GPU:0', '/GPU:0', 'gpu:0' or a LogicalDevice -> 'GPU:0' (what get_memory_info wants)."""
+    from .placement import short_device
+
     name = getattr(device, "name", device)
     if not isinstance(name, str):
         raise TypeError(f"device must be a name like 'GPU:0' or a tf.config device, got {type(device).__name__}")
-    m = _DEVICE_RX.match(name.strip())
-    if not m:
+    try:
+        short = short_device(name)
+    except ValueError:
+        short = ""
+    if short.split(":")[0] not in ("CPU", "GPU"):
         raise ValueError(f"device must look like 'GPU:0', 'CPU:0' or '/device:GPU:1', got {name!r}")
-    return f"{m.group(1).upper()}:{int(m.group(2))}"
+    return short
 
 
 def default_device() -> str:
