@@ -143,3 +143,16 @@ def test_labgen_only_one_lab(root, capsys):
     with pytest.raises(SystemExit):
         labgen.main(["--only", "42", "--root", str(root)])
     assert "no solution notebook matches" in capsys.readouterr().err
+
+
+def test_error_in_the_check_itself_is_not_blamed_on_the_learner():
+    def test(ns):
+        ns.function("f")()
+        return {}["missing"]  # the check's own bug
+
+    res = run_item(SPEC, test, {"f": lambda: 1})
+    assert res.status == "error" and res.message.startswith("The check raised KeyError")
+    learner_ns = {}
+    exec(compile("def f():\n    return 1 / 0\n", "/tmp/ipykernel_1/123.py", "exec"), learner_ns)
+    res = run_item(SPEC, lambda ns: ns.function("f")(), learner_ns)
+    assert res.message.startswith("Your code raised ZeroDivisionError") and "in `f`" in res.message

@@ -113,14 +113,27 @@ class ItemResult:
         return text
 
 
-def _where(exc: BaseException, test_file: str | None) -> str:
-    """Describe the innermost frame outside the test file (the learner's code)."""
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename != test_file
-              and not f.filename.endswith(("items.py", "checker.py"))]
-    if not frames:
-        return ""
-    f = frames[-1]
-    return f" (in `{f.name}`, line: {f.line.strip()})" if f.line else f" (in `{f.name}`)"
+#: Code that is not the learner's: this package, the Python installation and its libraries.
+_NOT_LEARNER = tuple(str(p) for p in {Path(__file__).resolve().parent.parent, Path(sys.prefix).resolve(),
+                                      Path(sys.base_prefix).resolve()}) + ("<frozen",)
+
+
+def _learner_frame(exc: BaseException, test_file: str | None):
+    """The innermost traceback frame in the learner's own code, or None if none is on the stack."""
+    mine = [f for f in traceback.extract_tb(exc.__traceback__)
+            if f.filename != test_file and not f.filename.startswith(_NOT_LEARNER)]
+    return mine[-1] if mine else None
+
+
+def _error_message(exc: BaseException, test_file: str | None) -> str:
+    """'Your code raised ...' when the learner's code raised; a neutral message when the check did."""
+    what = f"{type(exc).__name__}: {exc}"
+    f = _learner_frame(exc, test_file)
+    if f is None:
+        return (f"The check raised {what} while testing your answer: look at what your function returns "
+                f"(type, shape, device). If it looks right, tell your instructor.")
+    where = f" (in `{f.name}`, line: {f.line.strip()})" if f.line else f" (in `{f.name}`)"
+    return f"Your code raised {what}{where}"
 
 
 def run_item(spec: ItemSpec, fn: Callable, ns: Namespace | Mapping) -> ItemResult:
@@ -147,7 +160,7 @@ def run_item(spec: ItemSpec, fn: Callable, ns: Namespace | Mapping) -> ItemResul
             msg = f"check failed: {tb[-1].line.strip()}" if tb and tb[-1].line else "a check failed"
         return result("fail", msg)
     except BaseException as exc:  # learner code may raise anything, even SystemExit
-        return result("error", f"Your code raised {type(exc).__name__}: {exc}{_where(exc, test_file)}")
+        return result("error", _error_message(exc, test_file))
     return result("pass")
 
 
