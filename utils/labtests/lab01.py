@@ -8,6 +8,7 @@ live against TensorFlow itself.
 from __future__ import annotations
 
 import functools
+import numbers
 import random
 import subprocess
 import sys
@@ -70,6 +71,7 @@ def q2(ns):
         ({"CPU": [0, 1, 2]}, "/device:CPU:0"),
         ({"CPU": [0], "GPU": gpus}, f"/device:GPU:{gpus[0]}"),
         ({"CPU": [0], "GPU": [2, 10]}, "/device:GPU:2"),  # numeric, not alphabetical, order
+        ({"TPU": [0, 1], "CPU": [2, 10]}, "/device:CPU:2"),  # no GPU: the lowest CPU, never another type
     ]
     for counts, want in cases:
         devices = _devices(counts, True, rng)
@@ -184,5 +186,8 @@ def q4(ns):
     for value, physical in cases:
         want = _visible(value, physical)
         got = fn(value, physical)
+        if isinstance(got, bool) or not isinstance(got, numbers.Integral):
+            raise Fail(f"visible_gpu_count should return a whole number (int), got {got!r} "
+                       f"({type(got).__name__}) for ({value!r}, {physical})")
         if got != want:
             raise Fail(f"visible_gpu_count({value!r}, {physical}) should be {want}, got {got!r}")

@@ -25,6 +25,16 @@ def _random_name(rng):
     return name, f"{kind}:{index}"
 
 
+def _tensor_device(got, what):
+    """Short device name of the eager tensor ``got``; a learner-facing Fail if it is not one."""
+    import tensorflow as tf
+
+    if not tf.is_tensor(got) or not isinstance(getattr(got, "device", None), str) or "device:" not in got.device:
+        raise Fail(f"{what} should be a TensorFlow tensor (so it knows its device), got {type(got).__name__}: "
+                   "do not convert it with .numpy() or Python/NumPy arithmetic")
+    return _short(got.device)
+
+
 def _expect_value_error(fn, args, what):
     try:
         got = fn(*args)
@@ -72,10 +82,9 @@ def q2(ns):
             x = tf.random.uniform((rng.randint(2, 6), rng.randint(2, 6)))
         scale = rng.uniform(0.5, 3.0)
         got = fn(x, lambda t: tf.reduce_sum(t * scale))
-        if not hasattr(got, "device"):
-            raise Fail(f"run_where should return fn's result (a tensor), got {type(got).__name__}")
-        if _short(got.device) != _short(x.device):
-            raise Fail(f"x lives on {_short(x.device)} but the result was computed on {_short(got.device)}; "
+        where = _tensor_device(got, "run_where(x, fn) should return fn(x), which")
+        if where != _short(x.device):
+            raise Fail(f"x lives on {_short(x.device)} but the result was computed on {where}; "
                        "without tf.device TensorFlow does not follow your data, it copies it to the default device")
         want = float(tf.reduce_sum(x).numpy()) * scale
         if abs(float(got.numpy()) - want) > 1e-4 * max(1.0, abs(want)):
@@ -98,13 +107,22 @@ def q3(ns):
             for name in rng.sample(names, min(len(names), 2)):
                 tf.config.set_soft_device_placement(before)
                 k = rng.randint(2, 5)
-                got = fn(name, lambda: tf.matmul(tf.ones((k, k)), tf.ones((k, k))))
+                seen = []
+
+                def work():
+                    seen.append(tf.config.get_soft_device_placement())
+                    return tf.matmul(tf.ones((k, k)), tf.ones((k, k)))
+
+                got = fn(name, work)
                 now = tf.config.get_soft_device_placement()
                 if now != before:
                     raise Fail(f"soft placement was {before} before place_strictly({name!r}, ...) and {now} after: "
                                "restore the previous setting")
-                if not hasattr(got, "device") or _short(got.device) != _short(name):
-                    where = _short(got.device) if hasattr(got, "device") else type(got).__name__
+                if seen != [False]:
+                    raise Fail(f"place_strictly({name!r}, fn) should call fn() once with soft placement off; "
+                               f"fn() was called {len(seen)} time(s), soft placement during the call(s): {seen}")
+                where = _tensor_device(got, f"place_strictly({name!r}, fn) should return fn(), which")
+                if where != _short(name):
                     raise Fail(f"place_strictly({name!r}, fn) should return fn() computed on {_short(name)}, "
                                f"got {where}")
                 if float(got.numpy()[0, 0]) != k:
@@ -120,7 +138,7 @@ def q3(ns):
                     raise Fail(f"place_strictly({name!r}, fn) on a device that does not exist should raise "
                                f"ValueError, it raised {type(exc).__name__}")
                 else:
-                    where = _short(got.device) if hasattr(got, "device") else repr(got)
+                    where = _short(got.device) if tf.is_tensor(got) else repr(got)
                     raise Fail(f"place_strictly({name!r}, fn) should raise ValueError (no such device), but it "
                                f"returned a result on {where}: soft placement was not off")
                 now = tf.config.get_soft_device_placement()
@@ -157,14 +175,16 @@ def q4(ns):
         if len(partials) != len(devs):
             raise Fail(f"for devices {devs} expected {len(devs)} partial results, got {len(partials)}")
         for i, (p, d) in enumerate(zip(partials, devs)):
-            if _short(p.device) != _short(d):
+            where = _tensor_device(p, f"partial result {i}")
+            if where != _short(d):
                 raise Fail(f"partial result {i} should be computed on {_short(d)} (devices={devs}), "
-                           f"it is on {_short(p.device)}")
+                           f"it is on {where}")
             if abs(float(p.numpy()[0]) - (base + 3.0 * i)) > 1e-5:
                 raise Fail(f"partial result {i} should be fn({i}), got {p.numpy()!r}")
-        if _short(total.device) != _short(reduce_on):
+        where = _tensor_device(total, "the total")
+        if where != _short(reduce_on):
             raise Fail(f"the sum should be computed on {_short(reduce_on)} (reduce_on={reduce_on!r}), "
-                       f"it is on {_short(total.device)}")
+                       f"it is on {where}")
         want = sum(base + 3.0 * i for i in range(len(devs)))
         if tuple(total.shape) != (size,) or abs(float(total.numpy()[0]) - want) > 1e-4:
             raise Fail(f"the total for {len(devs)} replicas should be {want:.4f} in every element "

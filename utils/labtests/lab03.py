@@ -17,16 +17,18 @@ from gpucourse.grading.items import Fail, item
 # --------------------------------------------------------------------------- q1
 
 
-def _random_model(rng: random.Random):
+def _random_model(rng: random.Random, dtype: str = "float32", force_bn: bool = False):
     import keras
 
     d_in = rng.randint(3, 12)
     layers = [keras.Input((d_in,))]
-    for _ in range(rng.randint(1, 3)):
-        layers.append(keras.layers.Dense(rng.randint(2, 16), use_bias=rng.random() < 0.8))
-        if rng.random() < 0.6:
-            layers.append(keras.layers.BatchNormalization())  # non-trainable moving statistics
-    layers.append(keras.layers.Dense(rng.randint(1, 4)))
+    n_hidden = rng.randint(1, 3)
+    bn_at = rng.randrange(n_hidden) if force_bn else -1
+    for i in range(n_hidden):
+        layers.append(keras.layers.Dense(rng.randint(2, 16), use_bias=rng.random() < 0.8, dtype=dtype))
+        if i == bn_at or rng.random() < 0.6:
+            layers.append(keras.layers.BatchNormalization(dtype=dtype))  # non-trainable moving statistics
+    layers.append(keras.layers.Dense(rng.randint(1, 4), dtype=dtype))
     return keras.Sequential(layers), d_in
 
 
@@ -63,8 +65,9 @@ def q1(ns):
 
     fn = ns.function("training_state_bytes")
     rng = random.Random()
-    for _ in range(2):
-        model, d_in = _random_model(rng)
+    # One float32 model with BatchNormalization (non-trainable weights), one in another dtype (bytes per value).
+    for dtype, force_bn in (("float32", True), (rng.choice(["float64", "float16"]), False)):
+        model, d_in = _random_model(rng, dtype, force_bn)
         for label, opt in _optimizers(rng):
             fresh = keras.optimizers.deserialize(keras.optimizers.serialize(opt))  # unbuilt copy for the learner
             got = fn(model, fresh)
@@ -73,7 +76,7 @@ def q1(ns):
                 raise Fail(f"training_state_bytes should return an int number of bytes, got {got!r}")
             if got != want:
                 shapes = [tuple(w.shape) for w in model.weights]
-                raise Fail(f"for a model with weights {shapes} ({model.count_params()} parameters, "
+                raise Fail(f"for a {dtype} model with weights {shapes} ({model.count_params()} parameters, "
                            f"{sum(math.prod(w.shape) for w in model.trainable_weights)} trainable) and "
                            f"keras.optimizers.{label}, expected {want} bytes, got {got}")
 
@@ -109,19 +112,28 @@ def _fake_memory(rng: random.Random):
 
 @item("q2", points=3, title="largest_batch finds the biggest batch within budget in few measurements")
 def q2(ns):
+    import tensorflow as tf
+
     fn = ns.function("largest_batch")
     rng = random.Random()
     for case in range(6):
         peak_bytes, calls, (fixed, per, quad), set_capacity = _fake_memory(rng)
         max_batch = rng.choice([rng.randint(2, 64), rng.randint(500, 20000)])
         target = rng.randint(1, max_batch) if case != 1 else max_batch + rng.randint(0, 50)
-        budget = fixed + per * target + quad * target * target + rng.randint(0, per - 1)
-        set_capacity(budget + rng.randint(1, 3) * per * max(1, target // 4) if case % 2 == 0 else None)
+        # case 3: the budget is exactly peak_bytes(target) (it fits: <=); case 0: every batch over the
+        # budget raises ResourceExhaustedError instead of returning a number.
+        budget = fixed + per * target + quad * target * target + (0 if case == 3 else rng.randint(0, per - 1))
+        capacity = budget if case == 0 else budget + rng.randint(1, 3) * per * max(1, target // 4)
+        set_capacity(capacity if case % 2 == 0 else None)
         need = lambda n: fixed + per * n + quad * n * n  # noqa: E731
         want = max(n for n in range(1, max_batch + 1) if need(n) <= budget)
-        got = fn(peak_bytes, budget, max_batch)
         desc = (f"peak_bytes(n) = {fixed} + {per}*n" + (f" + {quad}*n^2" if quad else "")
                 + f", budget {budget}, max_batch {max_batch}")
+        try:
+            got = fn(peak_bytes, budget, max_batch)
+        except tf.errors.ResourceExhaustedError as exc:
+            raise Fail(f"for {desc}: peak_bytes raised ResourceExhaustedError ({exc.message}) and your function "
+                       "let it escape: catch it and treat that batch as 'does not fit'")
         if got != want:
             raise Fail(f"for {desc}: expected {want}, got {got!r}")
         allowed = 2 * math.ceil(math.log2(max_batch)) + 2
@@ -193,6 +205,7 @@ def _reference_sgd(w, b, x, y, lr, batch):
 def q4(ns):
     import keras
     import numpy as np
+    import tensorflow as tf
 
     fn = ns.function("train_with_accumulation")
     rng = np.random.default_rng()
@@ -205,9 +218,24 @@ def q4(ns):
         lr = 0.05
         model = keras.Sequential([keras.Input((d,)), keras.layers.Dense(1)])
         w0, b0 = (v.copy() for v in model.get_weights())
-        out = fn(model, x, y, micro, eff, lr)
+        # On Ampere and newer GPUs float32 matmuls default to TF32 (10 mantissa bits), which misses the
+        # float64 reference below by more than 1e-4 about one time in five: grade full float32 arithmetic.
+        tf32 = tf.config.experimental.tensor_float_32_execution_enabled()
+        tf.config.experimental.enable_tensor_float_32_execution(False)
+        try:
+            out = fn(model, x, y, micro, eff, lr)
+        finally:
+            tf.config.experimental.enable_tensor_float_32_execution(tf32)
         if out is not model:
             raise Fail("train_with_accumulation should return the model it was given, trained")
+        opt = getattr(model, "optimizer", None)
+        want_acc = steps if steps > 1 else None
+        if not isinstance(opt, keras.optimizers.SGD) or opt.gradient_accumulation_steps != want_acc:
+            what = (f"{type(opt).__name__} with gradient_accumulation_steps={opt.gradient_accumulation_steps}"
+                    if opt is not None and hasattr(opt, "gradient_accumulation_steps") else repr(opt))
+            raise Fail(f"with micro_batch={micro} and effective_batch={eff}, the model should be compiled with "
+                       f"keras.optimizers.SGD(learning_rate, gradient_accumulation_steps={want_acc}) and trained on "
+                       f"batches of {micro}; model.optimizer is {what}")
         w, b = model.get_weights()
         want_w, want_b = _reference_sgd(w0, b0, x, y, lr, eff)
         wrong_w, _ = _reference_sgd(w0, b0, x, y, lr, micro)

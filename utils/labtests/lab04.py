@@ -9,6 +9,7 @@ single-device training, and what TensorFlow's own TF_CONFIG resolver reads.
 from __future__ import annotations
 
 import json
+import numbers
 import os
 import random
 
@@ -31,6 +32,9 @@ def q1(ns):
         n = strategy.num_replicas_in_sync
         per = random.randint(3, 70)
         got = fn(strategy, per)
+        if isinstance(got, bool) or not isinstance(got, numbers.Integral):
+            raise Fail(f"global_batch should return a whole number of examples (an int), got {got!r} "
+                       f"({type(got).__name__})")
         if got != per * n:
             raise Fail(f"for a MirroredStrategy over {n} device(s) and per_replica={per}, expected {per * n}, "
                        f"got {got!r}. Use strategy.num_replicas_in_sync, not the number of devices on the machine.")
@@ -39,6 +43,9 @@ def q1(ns):
             got = fn(strategy, bad)
         except ValueError:
             continue
+        except Exception as exc:
+            raise Fail(f"global_batch(strategy, {bad}) should raise ValueError (a batch needs >= 1 example), "
+                       f"it raised {type(exc).__name__}: {exc}")
         raise Fail(f"global_batch(strategy, {bad}) should raise ValueError (a batch needs >= 1 example), "
                    f"returned {got!r}")
 
@@ -166,7 +173,20 @@ def q4(ns):
     n = random.randint(2, 4)
     ports = random.sample(range(20000, 60000), n)
     for index in range(n):
-        text = fn(ports, index)
+        before = os.environ.get("TF_CONFIG")
+        try:
+            text = fn(ports, index)
+        finally:
+            after = os.environ.get("TF_CONFIG")
+            if after != before:  # undo it, so this kernel does not believe it is a cluster worker
+                if before is None:
+                    os.environ.pop("TF_CONFIG", None)
+                else:
+                    os.environ["TF_CONFIG"] = before
+        if after != before:
+            raise Fail(f"make_tf_config({ports}, {index}) changed os.environ['TF_CONFIG']: it should only return "
+                       "the string. Setting it in this notebook makes the kernel itself a cluster worker for every "
+                       "strategy created afterwards (the check has put it back).")
         if not isinstance(text, str):
             raise Fail(f"make_tf_config({ports}, {index}) should return a JSON string (environment variables are "
                        f"strings), got {type(text).__name__}")
@@ -195,5 +215,8 @@ def q4(ns):
             got = fn(*bad_args)
         except ValueError:
             continue
+        except Exception as exc:
+            raise Fail(f"make_tf_config{bad_args} should raise ValueError (index out of range or repeated port), "
+                       f"it raised {type(exc).__name__}: {exc}")
         raise Fail(f"make_tf_config{bad_args} should raise ValueError (index out of range or repeated port), "
                    f"returned {got!r}")

@@ -181,22 +181,38 @@ def q4(ns):
     pad = ns.function("pad_to_bucket")
     rng = random.Random()
     buckets = rng.sample(range(8, 129), 4)  # any order, on purpose
-    for n in [rng.randint(1, max(buckets)) for _ in range(4)] + [min(buckets), max(buckets)]:
-        x = tf.random.normal((n, 3))
-        out = pad(x, buckets)
+    lengths = [rng.randint(1, max(buckets)) for _ in range(4)] + [min(buckets), max(buckets)]
+    rests = [(3,), (), (rng.randint(2, 4), rng.randint(2, 4))]  # x may have 1, 2 or 3 axes
+    rests += [rng.choice(rests) for _ in lengths[len(rests):]]
+    for n, rest in zip(lengths, rests):
+        shape = (n,) + rest
+        x = tf.random.normal(shape)
+        try:
+            out = pad(x, buckets)
+        except NotImplementedError:
+            raise
+        except Exception as exc:
+            raise Fail(f"pad_to_bucket(x of shape {shape}, {buckets}) raised {type(exc).__name__}: "
+                       f"{str(exc).strip()[:300]}") from None
         if not (isinstance(out, tuple) and len(out) == 2):
             raise Fail(f"pad_to_bucket should return (padded, n), got {type(out).__name__}")
         padded, got_n = out
         want_len = min(b for b in buckets if b >= n)
-        if tuple(padded.shape) != (want_len, 3) or got_n != n:
-            raise Fail(f"for x of shape ({n}, 3) and buckets {buckets} expected a ({want_len}, 3) tensor and "
-                       f"n={n}, got shape {tuple(padded.shape)} and n={got_n!r}")
+        got_shape = tuple(getattr(padded, "shape", ()))
+        if got_shape != (want_len,) + rest or got_n != n:
+            raise Fail(f"for x of shape {shape} and buckets {buckets} expected a {(want_len,) + rest} tensor and "
+                       f"n={n}, got shape {got_shape} and n={got_n!r} (pad only the first axis, whatever the rank)")
         p = np.asarray(padded)
         if not (np.array_equal(p[:n], x.numpy()) and not p[n:].any()):
-            raise Fail(f"for x of shape ({n}, 3) the first {n} rows must be x and the rest zeros")
+            raise Fail(f"for x of shape {shape} the first {n} rows must be x and the rest zeros")
     too_long = max(buckets) + rng.randint(1, 10)
     try:
-        pad(tf.zeros((too_long, 3)), buckets)
+        got = pad(tf.zeros((too_long, 3)), buckets)
     except ValueError:
         return
-    raise Fail(f"x with {too_long} rows does not fit the largest bucket {max(buckets)}: expected ValueError")
+    except Exception as exc:
+        raise Fail(f"x with {too_long} rows does not fit the largest bucket {max(buckets)}: expected ValueError, "
+                   f"got {type(exc).__name__}: {exc}") from None
+    shape = tuple(getattr(got[0], "shape", ())) if isinstance(got, tuple) and got else got
+    raise Fail(f"x with {too_long} rows does not fit the largest bucket {max(buckets)}: expected ValueError, "
+               f"got a result of shape {shape} (never cut data off)")
