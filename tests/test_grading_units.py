@@ -156,3 +156,22 @@ def test_error_in_the_check_itself_is_not_blamed_on_the_learner():
     exec(compile("def f():\n    return 1 / 0\n", "/tmp/ipykernel_1/123.py", "exec"), learner_ns)
     res = run_item(SPEC, lambda ns: ns.function("f")(), learner_ns)
     assert res.message.startswith("Your code raised ZeroDivisionError") and "in `f`" in res.message
+
+
+def test_endless_loop_is_stopped():
+    import time
+
+    def forever():
+        while True:
+            try:
+                time.sleep(0.01)
+            except Exception:  # a learner's broad except must not swallow the time limit
+                pass
+
+    t0 = time.monotonic()
+    res = run_item(SPEC, lambda ns: ns.function("f")(), {"f": forever}, timeout_s=0.5)
+    assert res.status == "error" and "Stopped after 0.5 s" in res.message
+    assert time.monotonic() - t0 < 5
+    res = run_item(SPEC, lambda ns: None, {}, timeout_s=0.5)  # the alarm is cancelled afterwards
+    time.sleep(0.7)
+    assert res.status == "pass"

@@ -21,6 +21,10 @@ One module per topic, plus shared plumbing:
 ``plots``              small matplotlib helpers shared by the notebooks
 ``colab``              setup cell support for Google Colab
 ``grading``            in-notebook ``check()`` and the command-line grader
+``labtests``           the public tests of each lab (``labNN.py``)
+``labgen``             generates ``labs/`` from ``solutions/``
+``authoring``          builds notebooks from percent-format source
+``benchmark``          the tf.data / XLA / capstone ratio table
 =====================  =======================================================
 
 Modules are imported lazily so that ``import gpucourse`` never imports

@@ -24,7 +24,9 @@ copy of it by file path, out of reach of anything a submission patched.
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 import traceback
 import types
 import uuid
@@ -32,15 +34,23 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Mapping
 
-__all__ = ["Fail", "ItemResult", "ItemSpec", "Namespace", "item", "items_in", "lab_ids", "lab_test_path",
+__all__ = ["Fail", "ItemResult", "ItemTimeout", "ItemSpec", "Namespace", "item", "items_in", "lab_ids", "lab_test_path",
            "load_test_file", "load_test_source", "run_item", "score_table"]
 
 LABTESTS_DIR = Path(__file__).resolve().parent.parent / "labtests"
 _MARK = "__gpucourse_item__"
 
 
+#: Seconds one item may run before it is stopped (an endless loop in the learner's code).
+ITEM_TIMEOUT_S = 120
+
+
 class Fail(AssertionError):
     """Raise in a test with a message addressed to the learner."""
+
+
+class ItemTimeout(BaseException):
+    """Raised inside a running item when its time is up (BaseException: ``except Exception`` won't catch it)."""
 
 
 @dataclass(frozen=True)
@@ -136,8 +146,18 @@ def _error_message(exc: BaseException, test_file: str | None) -> str:
     return f"Your code raised {what}{where}"
 
 
-def run_item(spec: ItemSpec, fn: Callable, ns: Namespace | Mapping) -> ItemResult:
-    """Run one item and classify the outcome. Never raises (except KeyboardInterrupt)."""
+def _alarm_available() -> bool:
+    """SIGALRM works only on Unix and only in the main thread (where notebook code runs)."""
+    return hasattr(signal, "SIGALRM") and threading.current_thread() is threading.main_thread()
+
+
+def run_item(spec: ItemSpec, fn: Callable, ns: Namespace | Mapping,
+             timeout_s: float | None = ITEM_TIMEOUT_S) -> ItemResult:
+    """Run one item and classify the outcome. Never raises (except KeyboardInterrupt).
+
+    With ``timeout_s`` (and SIGALRM available) an item that runs longer is
+    stopped and reported as an error, so an endless loop cannot hang ``check()``.
+    """
     if not isinstance(ns, Namespace):
         ns = Namespace(ns)
     test_file = getattr(getattr(fn, "__code__", None), "co_filename", None)
@@ -146,10 +166,20 @@ def run_item(spec: ItemSpec, fn: Callable, ns: Namespace | Mapping) -> ItemResul
         pts = spec.points if status == "pass" else 0
         return ItemResult(spec.key, spec.title, pts, spec.points, status, message)
 
+    def on_alarm(signum, frame):
+        raise ItemTimeout()
+
+    timed = bool(timeout_s) and _alarm_available()
+    if timed:
+        previous = signal.signal(signal.SIGALRM, on_alarm)
+        signal.setitimer(signal.ITIMER_REAL, timeout_s)
     try:
         fn(ns)
     except KeyboardInterrupt:
         raise
+    except ItemTimeout:
+        return result("error", f"Stopped after {timeout_s:g} s: your code did not finish. Look for an endless "
+                               f"loop, or an iterator that never ends (e.g. a dataset with .repeat()).")
     except NotImplementedError:
         return result("todo", "Not attempted yet: your code still raises NotImplementedError. "
                               "Replace the `raise NotImplementedError` line under the TODO with your code.")
@@ -161,6 +191,10 @@ def run_item(spec: ItemSpec, fn: Callable, ns: Namespace | Mapping) -> ItemResul
         return result("fail", msg)
     except BaseException as exc:  # learner code may raise anything, even SystemExit
         return result("error", _error_message(exc, test_file))
+    finally:
+        if timed:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
     return result("pass")
 
 
