@@ -96,11 +96,39 @@ def _run_setup_cell(monkeypatch, in_colab: bool):
 def test_setup_cell_installs_only_in_colab_and_keeps_colab_packages(monkeypatch, capsys):
     assert _run_setup_cell(monkeypatch, in_colab=False) == []
     calls = _run_setup_cell(monkeypatch, in_colab=True)
-    assert len(calls) == 1 and calls[0][0] == "pip"
-    line = calls[0][1]
-    assert "--no-deps" in line and f"github.com/{colab.REPO}" in line
-    assert "tensorflow" not in line and "ipywidgets" not in line and "--upgrade" not in line
+    assert calls and all(name == "pip" for name, _ in calls)
+    course = [line for _, line in calls if "gpucourse @" in line]
+    assert len(course) == 1 and "--no-deps" in course[0] and f"github.com/{colab.REPO}" in course[0]
+    for _, line in calls:
+        words = line.split("#")[0].split()
+        assert not any(w.startswith(("tensorflow", "keras", "ipywidgets")) for w in words), line
+        assert "--upgrade" not in words and "-U" not in words, line
+        if "--no-deps" not in words:
+            assert [w for w in words if not w.startswith("-") and w != "install"] == list(colab.COLAB_WITH_DEPS)
     assert "gpucourse ready" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("package", colab.COLAB_WITH_DEPS)
+def test_packages_installed_with_deps_never_pull_tensorflow(package):
+    """Walk the installed dependency tree: nothing may require TensorFlow, Keras or ipywidgets."""
+    import re
+    from importlib.metadata import PackageNotFoundError, requires
+
+    seen, todo = set(), [package]
+    while todo:
+        name = todo.pop()
+        key = re.sub(r"[-_.]+", "-", name).lower()
+        if key in seen:
+            continue
+        seen.add(key)
+        assert not key.startswith(("tensorflow", "keras", "tf-keras", "ipywidgets")), f"{package} pulls in {name}"
+        try:
+            reqs = requires(name) or []
+        except PackageNotFoundError:
+            continue
+        for r in reqs:
+            if "extra ==" not in r:
+                todo.append(re.split(r"[\s<>=!~;\[(]", r, maxsplit=1)[0])
 
 
 @pytest.mark.parametrize("version, warns", [("7.7.1", False), ("8.1.5", False), ("7.6.5", True), ("9.0.0", True)])

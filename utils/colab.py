@@ -14,6 +14,10 @@ import warnings
 
 __all__ = ["REPO", "BRANCH", "SETUP_CELL", "badge", "colab_url", "check_versions", "in_colab", "version_problems"]
 
+#: Packages the setup cell installs *with* their dependencies: none of them may pull in TensorFlow,
+#: Keras or ipywidgets (tests/test_notebook_structure.py checks their metadata).
+COLAB_WITH_DEPS = ("tensorboard-plugin-profile",)
+
 #: GitHub "owner/name" of this course (used by badges and the Colab install).
 REPO = "tf-gpu-course/tf-gpu-acceleration"
 BRANCH = "main"
@@ -24,6 +28,7 @@ SETUP_CELL = f"""\
 import sys
 if "google.colab" in sys.modules:
     %pip install -q --no-deps "gpucourse @ git+https://github.com/{REPO}@{BRANCH}" wurlitzer nvidia-ml-py
+    %pip install -q tensorboard-plugin-profile  # reads profiler traces (topic 08); needs no TensorFlow
 from gpucourse import colab
 colab.check_versions()"""
 
