@@ -37,7 +37,9 @@ $(STAMP): pyproject.toml
 # Installs only when missing and when we may (root); otherwise the browser
 # test explains what to install and skips (it fails instead when CI=true).
 system-deps:
-	@if ! command -v chromium >/dev/null 2>&1; then \
+	@found="$$CHROMIUM"; for b in chromium chromium-browser google-chrome google-chrome-stable; do \
+	  command -v $$b >/dev/null 2>&1 && found=$$b; done; \
+	if [ -z "$$found" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "installing Debian chromium for the browser test"; \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \

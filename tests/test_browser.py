@@ -38,8 +38,18 @@ def _need(what: str, why: str):
     pytest.skip(f"{what} not available: {why}")
 
 
+#: Chromium-family browsers Playwright can drive through executable_path (no browser download):
+#: Debian's chromium here, Google Chrome on GitHub's hosted Ubuntu runners. $CHROMIUM overrides.
+BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+
+
 def _chromium() -> str:
-    for name in ("chromium", "chromium-browser"):
+    override = os.environ.get("CHROMIUM")
+    if override:
+        if not (shutil.which(override) or os.path.isfile(override)):
+            pytest.fail(f"CHROMIUM={override!r} is not an executable")
+        return shutil.which(override) or override
+    for name in BROWSERS:
         path = shutil.which(name)
         if path:
             return path
