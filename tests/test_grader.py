@@ -151,3 +151,29 @@ def test_rewriting_test_files_on_disk_gains_nothing(tmp_path):
     keys = {r["key"]: r["status"] for r in rep.items}
     assert "bonus" not in keys and keys["h1"] == "fail" and keys["q1"] == "fail", rep.table()
     assert rep.max_score == 15 and rep.score == 8
+
+
+def test_a_thread_rewriting_the_results_gains_nothing(tmp_path):
+    """A background thread that rewrites the result file after the tests ran is caught."""
+    sub = _lab01_with(tmp_path, {"def summarise_devices": (
+        "import glob, json, threading, time\n"
+        "def summarise_devices(devices):\n    return {}\n"
+        "def _forge():\n"
+        "    while True:\n"
+        "        for p in glob.glob('result-*.json'):\n"
+        "            try:\n"
+        "                d = json.load(open(p))\n"
+        "            except Exception:\n"
+        "                continue\n"
+        "            if any(r['points'] < r['max_points'] for r in d['results']):\n"
+        "                for r in d['results']:\n"
+        "                    r['points'], r['status'] = r['max_points'], 'pass'\n"
+        "                json.dump(d, open(p, 'w'))\n"
+        "        time.sleep(0.001)\n"
+        "threading.Thread(target=_forge, daemon=True).start()\n")})
+    rep = grade_notebook(sub, timeout=240)
+    if rep.status == "graded":  # the grader read the file before the thread got to it
+        assert rep.score == 8 and {r["key"]: r["status"] for r in rep.items}["q1"] == "fail", rep.table()
+    else:
+        assert rep.status == "tampered" and rep.score == 0, rep.table()
+        assert "altered after the tests ran" in rep.reason

@@ -118,8 +118,11 @@ def _gpucourse_postlude(items_path, items_src, guard_name, tests, result_path):
             row = items.run_item(item_spec, fn, ns).to_dict()
             row["source"] = source
             out["results"].append(row)
+    import hashlib
+    text = json.dumps(out)
     with open(result_path, "w") as fh:
-        json.dump(out, fh)
+        fh.write(text)
+    print("GPUCOURSE_RESULT_SHA256", hashlib.sha256(text.encode()).hexdigest())
 
 _gpucourse_postlude(%(items_py)r, %(items_src)r, %(guard)r, %(tests)r, %(result)r)
 del _gpucourse_postlude
@@ -305,6 +308,24 @@ def _kernel_env() -> dict:
     return env
 
 
+def _forged(raw: str, outcome: dict, postlude_cell, placeholder: list[dict]) -> bool:
+    """True if the result file is not what the postlude wrote, or its items are not the tests' items.
+
+    The postlude prints the SHA-256 of the JSON it wrote; that output reached the grader over
+    the kernel's messages as the cell ran, so code left running by the submission (a thread
+    watching the folder) cannot change it afterwards.
+    """
+    import hashlib
+
+    printed = "".join(o.get("text", "") for o in postlude_cell.get("outputs", []) if o.get("output_type") == "stream")
+    digests = [ln.split()[-1] for ln in printed.splitlines() if ln.startswith("GPUCOURSE_RESULT_SHA256 ")]
+    if digests != [hashlib.sha256(raw.encode()).hexdigest()]:
+        return True
+    expected = sorted((r["source"], r["key"], r["max_points"]) for r in placeholder)
+    got = sorted((r.get("source"), r.get("key"), r.get("max_points")) for r in outcome.get("results", []))
+    return bool(expected) and got != expected
+
+
 def _execute(report: GradeReport, code_cells, tests, timeout, kernel_name, placeholder) -> None:
     """Run guard + submission + postlude in one fresh kernel; fill in ``report``."""
     import nbformat
@@ -358,8 +379,15 @@ def _execute(report: GradeReport, code_cells, tests, timeout, kernel_name, place
         report.items = placeholder
         return
     finally:
-        outcome = json.loads(result_path.read_text()) if result_path.is_file() else None
+        raw = result_path.read_text() if result_path.is_file() else None
         shutil.rmtree(workdir, ignore_errors=True)
+
+    outcome = json.loads(raw) if raw is not None else None
+    if outcome is not None and _forged(raw, outcome, cells[-1], placeholder):
+        report.status, report.items = "tampered", placeholder
+        report.reason = "the test results were altered after the tests ran; all marks withheld"
+        report.tampering = ["the result file does not match what the grader's tests produced"]
+        return
 
     if outcome is None:
         errs = [o for o in cells[-1].get("outputs", []) if o.get("output_type") == "error"]
