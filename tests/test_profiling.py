@@ -293,3 +293,24 @@ def test_trace_helpers_bad_input(tmp_path):
 def test_benchmark_rejects_bad_input():
     with pytest.raises(TypeError, match="quick"):
         profiling.benchmark(quick="yes")
+
+
+def test_nvml_source_reopens_after_close(monkeypatch):
+    """A monitor's stop() closes NVML; sampling again (a restarted monitor) must reopen it, not fail."""
+    import sys
+    import types
+
+    calls = {"init": 0, "shutdown": 0}
+    fake = types.ModuleType("pynvml")
+    fake.nvmlInit = lambda: calls.__setitem__("init", calls["init"] + 1)
+    fake.nvmlShutdown = lambda: calls.__setitem__("shutdown", calls["shutdown"] + 1)
+    fake.nvmlDeviceGetHandleByIndex = lambda i: ("handle", i)
+    fake.nvmlDeviceGetUtilizationRates = lambda h: types.SimpleNamespace(gpu=42)
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    gpu = profiling._NvmlGpu(0)
+    assert gpu() == 42.0
+    gpu.close()
+    gpu.close()  # idempotent: one shutdown per init
+    assert gpu() == 42.0
+    gpu.close()
+    assert calls == {"init": 2, "shutdown": 2}

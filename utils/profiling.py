@@ -793,13 +793,23 @@ class _NvmlGpu:
         import pynvml
 
         self._nvml = pynvml
-        pynvml.nvmlInit()
-        self._handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        self._index = index
+        self._handle = None
+        self._open()
+
+    def _open(self) -> None:
+        self._nvml.nvmlInit()  # reference-counted by NVML: each init is paired with one shutdown
+        self._handle = self._nvml.nvmlDeviceGetHandleByIndex(self._index)
 
     def __call__(self) -> float:
+        if self._handle is None:  # closed by a monitor's stop(); a restarted monitor reopens it
+            self._open()
         return float(self._nvml.nvmlDeviceGetUtilizationRates(self._handle).gpu)
 
     def close(self) -> None:
+        if self._handle is None:
+            return
+        self._handle = None
         try:
             self._nvml.nvmlShutdown()
         except Exception:
