@@ -175,3 +175,15 @@ def test_endless_loop_is_stopped():
     res = run_item(SPEC, lambda ns: None, {}, timeout_s=0.5)  # the alarm is cancelled afterwards
     time.sleep(0.7)
     assert res.status == "pass"
+
+
+def test_expect_raises():
+    from gpucourse.grading.items import expect_raises
+
+    expect_raises(lambda: int("x"), "int('x')")  # raises ValueError: passes
+    with pytest.raises(Fail, match=r"f\(\) should raise ValueError \(why\), but returned 3"):
+        expect_raises(lambda: 3, "f()", "why")
+    with pytest.raises(Fail, match="it raised KeyError"):
+        expect_raises(lambda: {}["k"], "g()")
+    with pytest.raises(NotImplementedError):  # an untouched stub stays 'not attempted'
+        expect_raises(lambda: (_ for _ in ()).throw(NotImplementedError()), "h()")

@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Mapping
 
-__all__ = ["Fail", "ItemResult", "ItemTimeout", "ItemSpec", "Namespace", "item", "items_in", "lab_ids", "lab_test_path",
+__all__ = ["Fail", "ItemResult", "ItemTimeout", "ItemSpec", "Namespace", "expect_raises", "item", "items_in", "lab_ids", "lab_test_path",
            "load_test_file", "load_test_source", "run_item", "score_table"]
 
 LABTESTS_DIR = Path(__file__).resolve().parent.parent / "labtests"
@@ -47,6 +47,25 @@ ITEM_TIMEOUT_S = 120
 
 class Fail(AssertionError):
     """Raise in a test with a message addressed to the learner."""
+
+
+def expect_raises(call: Callable[[], object], what: str, why: str = "", exc_type: type = ValueError) -> None:
+    """Fail unless ``call()`` raises ``exc_type`` (for bad-input cases of a learner's function).
+
+    ``what`` names the call for the learner, e.g. ``"pick_device([])"``; ``why`` says why it must
+    raise. ``NotImplementedError`` passes through, so an untouched stub still counts as not attempted.
+    """
+    reason = f" ({why})" if why else ""
+    try:
+        got = call()
+    except exc_type:
+        return
+    except NotImplementedError:
+        raise
+    except Exception as exc:
+        raise Fail(f"{what} should raise {exc_type.__name__}{reason}, it raised "
+                   f"{type(exc).__name__}: {exc}") from None
+    raise Fail(f"{what} should raise {exc_type.__name__}{reason}, but returned {got!r}")
 
 
 class ItemTimeout(BaseException):
