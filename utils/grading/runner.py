@@ -37,7 +37,7 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .items import ItemResult, items_in, lab_test_path, load_test_file
+from .items import ItemResult, items_in, lab_test_path, load_test_source
 
 __all__ = ["GradeReport", "grade_notebook", "lab_of", "scan_source"]
 
@@ -240,12 +240,12 @@ def _strip_magics(src: str) -> str:
     return "\n".join("" if ln.lstrip().startswith(("%", "!")) else ln for ln in src.splitlines())
 
 
-def _max_score(test_paths: list[tuple[str, str]]) -> tuple[int, list[dict]]:
-    """Total points, and placeholder rows, from the test files (used when the run never finished)."""
+def _max_score(tests: list[tuple[str, str, str]]) -> tuple[int, list[dict]]:
+    """Total points, and placeholder rows, from the tests' source (used when the run never finished)."""
     total, rows = 0, []
-    for source, path in test_paths:
+    for source, path, text in tests:
         try:
-            for spec, _ in items_in(load_test_file(path)):
+            for spec, _ in items_in(load_test_source(text, path)):
                 total += spec.points
                 rows.append(ItemResult(spec.key, spec.title, 0, spec.points, "error", "not run").to_dict()
                             | {"source": source})
@@ -283,10 +283,13 @@ def grade_notebook(path: str | Path, lab: str | None = None, extra_tests=(), tim
             report.reason = "cannot tell which lab this is: pass --lab NN"
             return report
         try:
-            tests = [("public", str(lab_test_path(lab)))] + [(f"hidden:{p.name}", str(p.resolve())) for p in extra]
+            paths = [("public", lab_test_path(lab))] + [(f"hidden:{p.name}", p.resolve()) for p in extra]
         except ValueError as exc:
             report.reason = str(exc)
             return report
+        # Read once, before the submission runs: the same text gives the expected items and is what
+        # the kernel executes, so a submission can neither rewrite the tests on disk nor read hidden ones.
+        tests = [(source, str(path), path.read_text()) for source, path in paths]
         report.max_score, placeholder = _max_score(tests)
         code_cells = [(i, c) for i, c in enumerate(nb.cells, 1) if c.cell_type == "code" and c.source.strip()]
         if not code_cells:
@@ -339,11 +342,9 @@ def _execute(report: GradeReport, code_cells, tests, timeout, kernel_name, place
     cells = [nbformat.v4.new_code_cell(_GUARD_CODE % {"guard": guard, "modules": WATCHED_MODULES,
                                                                  "skip": KERNEL_SWAPPED})]
     cells += [nbformat.v4.new_code_cell(c.source) for _, c in code_cells]
-    # Test code travels as text, read before the submission ran: a submission cannot rewrite the
-    # test files on disk to its advantage, nor read hidden tests while it runs.
-    sources = [(source, path, Path(path).read_text()) for source, path in tests]
     cells.append(nbformat.v4.new_code_cell(_POSTLUDE_CODE % {
-        "items_py": str(ITEMS_PY), "items_src": ITEMS_PY.read_text(), "guard": guard, "tests": sources, "result": str(result_path)}))
+        "items_py": str(ITEMS_PY), "items_src": ITEMS_PY.read_text(), "guard": guard, "tests": tests,
+        "result": str(result_path)}))
     nb = nbformat.v4.new_notebook(cells=cells)
     nb.metadata["kernelspec"] = {"name": kernel_name, "display_name": "Python 3", "language": "python"}
     client = NotebookClient(nb, timeout=timeout, kernel_name=kernel_name, allow_errors=True,
