@@ -370,17 +370,6 @@ def doctor(facts: dict | None = None, show: bool = True) -> list[Finding]:
 # --------------------------------------------------------------------------- logical devices
 
 
-def _current_split(tf, device) -> int:
-    """How many logical devices this physical device is split into (1 if never configured)."""
-    config = tf.config.get_logical_device_configuration(device)
-    return len(config) if config else 1
-
-
-def _current_limits(tf, device) -> list:
-    config = tf.config.get_logical_device_configuration(device) or []
-    return [c.memory_limit for c in config]
-
-
 def setup_logical_devices(n: int, memory_limit_mb: int | None = None, device_type: str | None = None) -> list:
     """Split the first GPU (or, without one, the CPU) into ``n`` logical devices.
 
@@ -421,10 +410,12 @@ def setup_logical_devices(n: int, memory_limit_mb: int | None = None, device_typ
     limit = (memory_limit_mb or DEFAULT_VIRTUAL_GPU_MB) if kind == "GPU" else None
     wanted = [limit] * n
 
-    have = _current_split(tf, target)
-    same = have == n and (kind == "CPU" or _current_limits(tf, target) == wanted or
-                          (n == 1 and not tf.config.get_logical_device_configuration(target)
-                           and memory_limit_mb is None))
+    config = tf.config.get_logical_device_configuration(target)  # None until someone splits it
+    have = len(config) if config else 1
+    if config:
+        same = have == n and (kind == "CPU" or [c.memory_limit for c in config] == wanted)
+    else:  # unsplit: one logical device per physical one, no limit
+        same = n == 1 and (kind == "CPU" or memory_limit_mb is None)
     if not same:
         if runtime_initialized():
             raise TooLateError(
