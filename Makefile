@@ -14,6 +14,9 @@ JOBS     ?= 2
 PYTEST_ARGS ?=
 
 export TF_CPP_MIN_LOG_LEVEL ?= 2
+# oneDNN is on by default only on CPUs with AVX-512 (and newer); without it TensorFlow keeps no CPU
+# allocator statistics (get_memory_info raises). Turn it on everywhere, so every CPU behaves alike.
+export TF_ENABLE_ONEDNN_OPTS ?= 1
 export PYTHONDONTWRITEBYTECODE = 1
 
 .PHONY: lab test env system-deps labs benchmark grade clean help

@@ -9,6 +9,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# As the Makefile and the setup cell do: CPU allocator statistics on every CPU (see gpucourse.colab.setup).
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 
 
 @pytest.fixture(scope="session")

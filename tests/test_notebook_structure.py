@@ -40,6 +40,7 @@ def test_badge_and_setup_cell(path):
     first = nb.cells[0]
     assert first.cell_type == "markdown" and first.source.startswith("# ")
     assert colab.colab_url(_rel(path)) in first.source, "the Colab badge must open this very notebook"
+    assert colab.kaggle_url(_rel(path)) in first.source, "the Kaggle badge must open this very notebook"
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert code and code[0].source == colab.SETUP_CELL, "the first code cell must be gpucourse.colab.SETUP_CELL"
 
@@ -70,11 +71,12 @@ def test_readme_links_every_notebook_and_links_resolve():
         if "solutions" not in p.parts:
             assert f"]({_rel(p)})" in readme, f"README does not link {_rel(p)}"
             assert colab.colab_url(_rel(p)) in readme, f"README lacks the Colab badge of {_rel(p)}"
+            assert colab.kaggle_url(_rel(p)) in readme, f"README lacks the Kaggle badge of {_rel(p)}"
     for target in re.findall(r"\]\(((?!https?://)[^)#]+)\)", readme):
         assert (ROOT / target).exists(), f"README links to missing {target}"
 
 
-def _run_setup_cell(monkeypatch, in_colab: bool):
+def _run_setup_cell(monkeypatch, in_colab: bool, in_kaggle: bool = False):
     """Execute SETUP_CELL as IPython would, recording %pip calls instead of running them."""
     from IPython.core.inputtransformer2 import TransformerManager
 
@@ -88,14 +90,21 @@ def _run_setup_cell(monkeypatch, in_colab: bool):
         monkeypatch.setitem(sys.modules, "google.colab", types.ModuleType("google.colab"))
     else:
         monkeypatch.delitem(sys.modules, "google.colab", raising=False)
+    if in_kaggle:
+        monkeypatch.setenv("KAGGLE_KERNEL_RUN_TYPE", "Interactive")
+    else:
+        monkeypatch.delenv("KAGGLE_KERNEL_RUN_TYPE", raising=False)
+    monkeypatch.delenv("TF_FORCE_GPU_ALLOW_GROWTH", raising=False)
+    monkeypatch.delenv(colab.SET_BY_COURSE, raising=False)
     code = TransformerManager().transform_cell(colab.SETUP_CELL)
     exec(compile(code, "setup-cell", "exec"), {"get_ipython": lambda: FakeShell()})
     return calls
 
 
-def test_setup_cell_installs_only_in_colab_and_keeps_colab_packages(monkeypatch, capsys):
+@pytest.mark.parametrize("where", ["Colab", "Kaggle"])
+def test_setup_cell_installs_only_on_platforms_and_keeps_their_packages(monkeypatch, capsys, where):
     assert _run_setup_cell(monkeypatch, in_colab=False) == []
-    calls = _run_setup_cell(monkeypatch, in_colab=True)
+    calls = _run_setup_cell(monkeypatch, in_colab=where == "Colab", in_kaggle=where == "Kaggle")
     assert calls and all(name == "pip" for name, _ in calls)
     course = [line for _, line in calls if "gpucourse @" in line]
     assert len(course) == 1 and "--no-deps" in course[0] and f"github.com/{colab.REPO}" in course[0]
@@ -105,7 +114,26 @@ def test_setup_cell_installs_only_in_colab_and_keeps_colab_packages(monkeypatch,
         assert "--upgrade" not in words and "-U" not in words, line
         if "--no-deps" not in words:
             assert [w for w in words if not w.startswith("-") and w != "install"] == list(colab.COLAB_WITH_DEPS)
-    assert "gpucourse ready" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"gpucourse ready ({where};" in out and "tested with TensorFlow 2.19-2.21" in out
+
+
+def test_setup_turns_on_memory_growth_once_and_probes_drop_it(monkeypatch):
+    from gpucourse import _probe
+
+    monkeypatch.delenv("TF_FORCE_GPU_ALLOW_GROWTH", raising=False)
+    monkeypatch.delenv(colab.SET_BY_COURSE, raising=False)
+    assert colab.allow_gpu_memory_growth() is True
+    assert colab.allow_gpu_memory_growth() is False  # idempotent
+    import os
+    assert os.environ["TF_FORCE_GPU_ALLOW_GROWTH"] == "true"
+    env = _probe.base_env()
+    assert "TF_FORCE_GPU_ALLOW_GROWTH" not in env, "a fresh-process probe must start without the course's setting"
+    assert _probe.base_env({"TF_FORCE_GPU_ALLOW_GROWTH": "true"})["TF_FORCE_GPU_ALLOW_GROWTH"] == "true"
+    monkeypatch.setenv("TF_FORCE_GPU_ALLOW_GROWTH", "false")  # the learner's own choice is kept
+    monkeypatch.delenv(colab.SET_BY_COURSE)
+    assert colab.allow_gpu_memory_growth() is False and os.environ["TF_FORCE_GPU_ALLOW_GROWTH"] == "false"
+    assert _probe.base_env()["TF_FORCE_GPU_ALLOW_GROWTH"] == "false"
 
 
 @pytest.mark.parametrize("package", colab.COLAB_WITH_DEPS)

@@ -15,6 +15,12 @@ first code cell), so no notebook can forget them.
 
     python -m gpucourse.authoring build src.py notebooks/04_distribution.ipynb --execute
     python -m gpucourse.authoring execute solutions/04_distribution.ipynb
+
+To edit an existing notebook as text, ``export`` it to percent format (without
+the badge and setup cell, which ``build`` adds back), edit, and build again::
+
+    python -m gpucourse.authoring export notebooks/04_distribution.ipynb /tmp/04.py
+    python -m gpucourse.authoring build /tmp/04.py notebooks/04_distribution.ipynb --execute
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from pathlib import Path
 
 from .colab import SETUP_CELL, badge
 
-__all__ = ["from_percent", "build", "execute", "main"]
+__all__ = ["from_percent", "to_percent", "build", "export", "execute", "main"]
 
 ROOT = Path(__file__).resolve().parent.parent
 _TF_LOG_LINE = re.compile(r"^(?:[IWEF]\d{4} |WARNING: All log messages|To enable the following instructions|"
@@ -69,6 +75,41 @@ def from_percent(text: str, rel_path: str, kind: str | None = None):
     if kind and m:
         nb.metadata["gpucourse"] = {"lab": m.group(1), "kind": kind}
     return nb
+
+
+def to_percent(nb) -> str:
+    """Percent-format text of ``nb`` that :func:`from_percent` turns back into the same cells.
+
+    The badge line of the first cell and the setup cell are left out: ``from_percent`` inserts them.
+    """
+    from .colab import SETUP_CELL
+
+    parts = []
+    for i, cell in enumerate(nb.cells):
+        src = cell.source
+        if cell.cell_type == "code":
+            if src == SETUP_CELL:
+                continue
+            parts.append("# %%\n" + src)
+            continue
+        if i == 0:
+            title, _, rest = src.partition("\n")
+            rest = rest.lstrip("\n")
+            lines = rest.split("\n")
+            if lines and lines[0].startswith("[![Open In"):
+                lines = lines[1:]
+            src = title + "\n" + "\n".join(lines) if lines else title
+        body = "\n".join(("# " + ln) if ln else "#" for ln in src.split("\n"))
+        parts.append("# %% [markdown]\n" + body)
+    return "\n\n".join(parts) + "\n"
+
+
+def export(src: Path, dest: Path) -> Path:
+    """Write ``src`` (a notebook) as percent-format text to ``dest``."""
+    import nbformat
+
+    dest.write_text(to_percent(nbformat.read(src, as_version=4)))
+    return dest
 
 
 def build(src: Path, dest: Path) -> Path:
@@ -114,6 +155,9 @@ def main(argv=None) -> int:
     b.add_argument("src", type=Path)
     b.add_argument("dest", type=Path)
     b.add_argument("--execute", action="store_true", help="also run it and store outputs")
+    x = sub.add_parser("export", help=".ipynb -> percent-format source (badge and setup cell left out)")
+    x.add_argument("src", type=Path)
+    x.add_argument("dest", type=Path)
     e = sub.add_parser("execute", help="run a notebook and store its outputs")
     e.add_argument("paths", type=Path, nargs="+")
     a = ap.parse_args(argv)
@@ -121,6 +165,9 @@ def main(argv=None) -> int:
         build(a.src, a.dest)
         if a.execute:
             execute(a.dest)
+        print(f"wrote {a.dest}")
+    elif a.cmd == "export":
+        export(a.src, a.dest)
         print(f"wrote {a.dest}")
     else:
         for p in a.paths:

@@ -1,36 +1,50 @@
-"""Colab support: one setup cell and one badge, identical in every notebook.
+"""Platform support: one setup cell and one pair of badges, identical in every notebook.
 
 Every notebook's first code cell is exactly :data:`SETUP_CELL` (a test checks
 that). Locally, `make lab` has already installed the helpers and the cell only
-checks versions. In Colab it installs this package from the repository *without
-its dependencies*, so Colab's own TensorFlow and ipywidgets 7.7 are never
-replaced, then warns about any version the course was not written for.
+prepares the session. On Colab or Kaggle it installs this package from the
+repository *without its dependencies*, so the platform's own TensorFlow and
+ipywidgets are never replaced. Then :func:`setup`
+
+* turns on GPU memory growth for this kernel (``TF_FORCE_GPU_ALLOW_GROWTH``,
+  unless you set it yourself), so that several open notebooks can share one
+  GPU instead of the first one reserving all of its memory;
+* turns on oneDNN on CPUs where it is off by default, so CPU memory statistics
+  exist on every machine;
+* prints where it runs and the TensorFlow/Keras versions, and warns about any
+  version outside the range the course is tested with (:data:`TESTED`).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import warnings
 
-__all__ = ["REPO", "BRANCH", "SETUP_CELL", "badge", "colab_url", "check_versions", "in_colab", "version_problems"]
+__all__ = ["REPO", "BRANCH", "SETUP_CELL", "TESTED", "badge", "colab_url", "kaggle_url", "check_versions",
+           "in_colab", "in_kaggle", "platform", "setup", "version_problems"]
 
 #: Packages the setup cell installs *with* their dependencies: none of them may pull in TensorFlow,
 #: Keras or ipywidgets (tests/test_notebook_structure.py checks their metadata).
 COLAB_WITH_DEPS = ("tensorboard-plugin-profile",)
 
-#: GitHub "owner/name" of this course (used by badges and the Colab install).
+#: GitHub "owner/name" of this course (used by badges and the Colab/Kaggle install).
 REPO = "tf-gpu-course/tf-gpu-acceleration"
 BRANCH = "main"
 
+#: Versions the notebooks are tested with: (oldest, newest) as (major, minor). The oldest is
+#: Colab's stack (``make test-colab``), the newest the local one (``make test``).
+TESTED = {"tensorflow": ((2, 19), (2, 21)), "keras": ((3, 10), (3, 15)), "ipywidgets": ((7, 7), (8, 1))}
+
 SETUP_CELL = f"""\
-# Setup (run first). In Colab this installs the course helpers without touching
-# Colab's own TensorFlow or ipywidgets; locally `make lab` already installed them.
-import sys
-if "google.colab" in sys.modules:
+# Setup (run first). On Colab or Kaggle this installs the course helpers without touching the
+# platform's own TensorFlow or ipywidgets; locally `make lab` already installed them.
+import os, sys
+if "google.colab" in sys.modules or "KAGGLE_KERNEL_RUN_TYPE" in os.environ:
     %pip install -q --no-deps "gpucourse @ git+https://github.com/{REPO}@{BRANCH}" wurlitzer nvidia-ml-py
     %pip install -q tensorboard-plugin-profile  # reads profiler traces (topic 08); needs no TensorFlow
 from gpucourse import colab
-colab.check_versions()"""
+colab.setup()"""
 
 
 def in_colab() -> bool:
@@ -38,17 +52,71 @@ def in_colab() -> bool:
     return "google.colab" in sys.modules
 
 
+def in_kaggle() -> bool:
+    """True inside a Kaggle notebook (Kaggle sets ``KAGGLE_KERNEL_RUN_TYPE``)."""
+    return "KAGGLE_KERNEL_RUN_TYPE" in os.environ
+
+
+def platform() -> str:
+    """``"Colab"``, ``"Kaggle"`` or ``"local"``."""
+    return "Colab" if in_colab() else "Kaggle" if in_kaggle() else "local"
+
+
+def _notebook_path(path: str) -> str:
+    if not isinstance(path, str):
+        raise TypeError(f"path must be a string like 'notebooks/01_x.ipynb', got {type(path).__name__}")
+    if not path.endswith(".ipynb"):
+        raise ValueError(f"path must be a notebook path like 'notebooks/01_x.ipynb', got {path!r}")
+    return path.lstrip("/")
+
+
 def colab_url(path: str) -> str:
     """Colab URL that opens ``path`` (relative to the repository root) from GitHub."""
-    if not isinstance(path, str) or not path.endswith(".ipynb"):
-        raise ValueError(f"path must be a notebook path like 'notebooks/01_x.ipynb', got {path!r}")
-    return f"https://colab.research.google.com/github/{REPO}/blob/{BRANCH}/{path.lstrip('/')}"
+    return f"https://colab.research.google.com/github/{REPO}/blob/{BRANCH}/{_notebook_path(path)}"
+
+
+def kaggle_url(path: str) -> str:
+    """Kaggle URL that imports ``path`` (relative to the repository root) from GitHub into a new notebook."""
+    return f"https://kaggle.com/kernels/welcome?src=https://github.com/{REPO}/blob/{BRANCH}/{_notebook_path(path)}"
 
 
 def badge(path: str) -> str:
-    """Markdown for the Open-in-Colab badge of ``path``."""
-    return (f"[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]"
-            f"({colab_url(path)})")
+    """Markdown for the Open-in-Colab and Open-in-Kaggle badges of ``path``."""
+    return (f"[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]({colab_url(path)}) "
+            f"[![Open In Kaggle](https://kaggle.com/static/images/open-in-kaggle.svg)]({kaggle_url(path)})")
+
+
+#: Variables :func:`setup` sets on the learner's behalf, recorded here so that fresh-process probes
+#: (``gpucourse._probe``) can start without them.
+SET_BY_COURSE = "GPUCOURSE_SET_VARS"
+
+
+def allow_gpu_memory_growth() -> bool:
+    """Set ``TF_FORCE_GPU_ALLOW_GROWTH=true`` unless it is set already; True if this call set it.
+
+    TensorFlow reads the variable when it creates its GPU devices, so it must be set before the
+    first op; it then overrides ``tf.config.experimental.set_memory_growth``. It changes nothing
+    on a CPU-only machine.
+    """
+    if "TF_FORCE_GPU_ALLOW_GROWTH" in os.environ:
+        return False
+    os.environ["TF_FORCE_GPU_ALLOW_GROWTH"] = "true"
+    names = [n for n in os.environ.get(SET_BY_COURSE, "").split(",") if n]
+    os.environ[SET_BY_COURSE] = ",".join(dict.fromkeys(names + ["TF_FORCE_GPU_ALLOW_GROWTH"]))
+    return True
+
+
+def setup() -> None:
+    """What the setup cell does after installing: memory growth on, oneDNN on, then :func:`check_versions`.
+
+    oneDNN is TensorFlow's default only on CPUs with AVX-512 and newer; without it TensorFlow keeps
+    no CPU allocator statistics and ``tf.config.experimental.get_memory_info("CPU:0")`` raises, which
+    topic 03 relies on. Like memory growth it must be set before TensorFlow starts, and a value you
+    set yourself is kept.
+    """
+    allow_gpu_memory_growth()
+    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
+    check_versions()
 
 
 def _v(text: str) -> tuple[int, ...]:
@@ -70,7 +138,10 @@ def version_problems() -> list[str]:
 
         if _v(tf.__version__) < (2, 16):
             problems.append(f"TensorFlow {tf.__version__} is too old (Keras 3 arrived in 2.16); "
-                            "upgrade with: pip install -U 'tensorflow>=2.20'")
+                            "upgrade with: pip install -U 'tensorflow>=2.19'")
+        elif not _in_range("tensorflow", tf.__version__):
+            problems.append(f"TensorFlow {tf.__version__} is outside the tested range {_range('tensorflow')}: "
+                            "most cells will work, but stored outputs and error texts may differ")
     except ImportError:
         problems.append("TensorFlow is not installed: run `make lab` locally, or pip install tensorflow-cpu")
     try:
@@ -79,6 +150,9 @@ def version_problems() -> list[str]:
         if _v(keras.__version__) < (3, 0):
             problems.append(f"Keras {keras.__version__} is Keras 2; the course needs Keras 3 "
                             "(unset TF_USE_LEGACY_KERAS and restart)")
+        elif not _in_range("keras", keras.__version__):
+            problems.append(f"Keras {keras.__version__} is outside the tested range {_range('keras')}: "
+                            "most cells will work, but stored outputs and error texts may differ")
     except ImportError:
         problems.append("Keras is not installed")
     try:
@@ -91,11 +165,23 @@ def version_problems() -> list[str]:
     return problems
 
 
+def _range(package: str) -> str:
+    lo, hi = TESTED[package]
+    return f"{lo[0]}.{lo[1]}-{hi[0]}.{hi[1]}"
+
+
+def _in_range(package: str, version: str) -> bool:
+    lo, hi = TESTED[package]
+    return lo <= _v(version) <= hi
+
+
 def check_versions() -> None:
-    """Print which environment this is and warn about each of :func:`version_problems`."""
+    """Print which environment this is and the tested range; warn about each of :func:`version_problems`."""
     problems = version_problems()
+    import keras
     import tensorflow as tf
 
-    print(f"gpucourse ready ({'Colab' if in_colab() else 'local'}; TensorFlow {tf.__version__})")
+    print(f"gpucourse ready ({platform()}; TensorFlow {tf.__version__}, Keras {keras.__version__}; "
+          f"tested with TensorFlow {_range('tensorflow')}, Keras {_range('keras')})")
     for p in problems:
         warnings.warn(p, stacklevel=2)

@@ -1,22 +1,52 @@
 """Graded items: how a lab's tests are written, found and run.
 
-A lab's tests are plain functions in ``gpucourse/labtests/labNN.py`` (public)
-or in any extra file an instructor passes to the grader (hidden tests)::
+A lab's tests live in ``gpucourse/labtests/labNN.py`` (public) or in any
+extra file an instructor passes to the grader (hidden tests). An item is a
+class with three parts, so that the verdict never depends on code that runs
+beside the learner's::
 
-    from gpucourse.grading.items import item, Fail
+    from gpucourse.grading.items import Fail, item, outcome, expect_raised
 
     @item("q1", points=2, title="summarise_devices counts devices by type")
-    def q1(ns):
-        fn = ns.function("summarise_devices")
-        got = fn([...fresh input...])
-        if got != expected:
-            raise Fail(f"for ... expected {expected}, got {got}")
+    class q1:
+        def cases(rng):                   # trusted side: fresh inputs, JSON-able
+            return [{"kinds": {"GPU": rng.randint(1, 8)}}, ...]
 
-``ns`` is a :class:`Namespace` over the learner's notebook variables. A test
-passes if it returns; it fails with the message of the :class:`Fail` (or
-``AssertionError``) it raises. ``NotImplementedError`` from the learner's code
-means "not attempted yet"; any other exception is reported with where it
-happened. Points are all or nothing per item.
+        def observe(ns, case):            # learner's kernel: call the code, return plain data
+            fn = ns.function("summarise_devices")
+            return {"got": fn(build_devices(case))}
+
+        def judge(case, seen):            # trusted side: expected answer and verdict
+            want = {...computed from case...}
+            if seen["got"] != want:
+                raise Fail(f"for ... expected {want}, got {seen['got']}")
+
+* ``cases(rng)`` runs where the learner's code cannot reach it (the grader's
+  own process) with a ``random.Random`` the grader seeds; it returns a list of
+  JSON-able cases.
+* ``observe(ns, case)`` runs in the learner's kernel. ``ns`` is a
+  :class:`Namespace` over the learner's notebook variables. It calls the
+  learner's code on one case and returns plain data (numbers, strings, lists,
+  dicts; NumPy arrays and tensors are converted by :func:`plain`). It never
+  decides pass or fail, except to raise :class:`Fail` when a name is missing
+  or not a function. Use :func:`outcome` to record an exception the learner's
+  code should raise.
+* ``judge(case, seen)`` runs on the trusted side again, with the case and the
+  observation after a JSON round trip; it raises :class:`Fail` with a message
+  addressed to the learner, or returns.
+
+Cases and observations always go through ``json.dumps``/``json.loads`` (also
+for the in-notebook ``check()``), so a judge sees lists for tuples and string
+keys for dicts in both places, and behaves identically in both.
+
+``NotImplementedError`` from the learner's code means "not attempted yet";
+any other exception is reported with where it happened. Points are all or
+nothing per item.
+
+An item may still be written as a single function ``fn(ns)`` that calls the
+learner's code and judges in one go (an *inline* item). Inline items run
+entirely inside the learner's kernel, so the grader trusts them less; the
+course's own labs use split items only.
 
 This module uses the standard library only, so the grader can load a fresh
 copy of it by file path, out of reach of anything a submission patched.
@@ -24,6 +54,8 @@ copy of it by file path, out of reach of anything a submission patched.
 
 from __future__ import annotations
 
+import json
+import math
 import signal
 import sys
 import threading
@@ -34,8 +66,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Mapping
 
-__all__ = ["Fail", "ItemResult", "ItemTimeout", "ItemSpec", "Namespace", "expect_raises", "item", "items_in", "lab_ids", "lab_test_path",
-           "load_test_file", "load_test_source", "run_item", "score_table"]
+__all__ = ["Fail", "ItemResult", "ItemTimeout", "ItemSpec", "Namespace", "Observed", "expect_raised", "expect_raises",
+           "is_split", "item", "items_in", "judge_item", "lab_ids", "lab_test_path", "load_test_file",
+           "load_test_source", "make_cases", "observe_item", "outcome", "plain", "round_trip", "run_item",
+           "score_table"]
 
 LABTESTS_DIR = Path(__file__).resolve().parent.parent / "labtests"
 _MARK = "__gpucourse_item__"
@@ -80,18 +114,99 @@ class ItemSpec:
 
 
 def item(key: str, points: int = 1, title: str = ""):
-    """Mark a function ``fn(ns)`` as the graded item ``key`` worth ``points``."""
+    """Mark ``key`` worth ``points``: a class with ``cases``/``observe``/``judge``, or an inline ``fn(ns)``."""
     if not isinstance(key, str) or not key.isidentifier():
         raise ValueError(f"item key must be a short identifier like 'q1', got {key!r}")
     if isinstance(points, bool) or not isinstance(points, int) or points < 1:
         raise ValueError(f"points must be a whole number >= 1, got {points!r}")
 
-    def mark(fn: Callable) -> Callable:
-        doc = (fn.__doc__ or "").strip().splitlines()
-        setattr(fn, _MARK, ItemSpec(key, points, title or (doc[0] if doc else key)))
-        return fn
+    def mark(obj: Callable) -> Callable:
+        if isinstance(obj, type):
+            missing = [part for part in ("cases", "observe", "judge") if not callable(vars(obj).get(part))]
+            if missing:
+                raise TypeError(f"item {key!r}: the class {obj.__name__} needs the functions cases(rng), "
+                                f"observe(ns, case) and judge(case, seen); it lacks {', '.join(missing)}")
+        doc = (obj.__doc__ or "").strip().splitlines()
+        setattr(obj, _MARK, ItemSpec(key, points, title or (doc[0] if doc else key)))
+        return obj
 
     return mark
+
+
+def is_split(obj) -> bool:
+    """True for an item written as cases/observe/judge (judged outside the learner's kernel)."""
+    return isinstance(obj, type)
+
+
+# ------------------------------------------------------------------ transport
+
+
+def plain(value, _depth: int = 0):
+    """``value`` as JSON-able data: NumPy arrays and tensors become lists, tuples lists, keys strings.
+
+    Anything else becomes ``{"__type__": name, "repr": short repr}``, so a judge can say what the
+    learner returned instead of the check crashing on it.
+    """
+    if _depth > 50:
+        return {"__type__": "deeply nested", "repr": "..."}
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, (list, tuple)):
+        return [plain(v, _depth + 1) for v in value]
+    if isinstance(value, dict):
+        return {str(k): plain(v, _depth + 1) for k, v in value.items()}
+    kind = type(value)
+    mod = getattr(kind, "__module__", "") or ""
+    if mod.startswith("numpy") and hasattr(value, "tolist"):  # NumPy scalar or array
+        return plain(value.tolist(), _depth + 1)
+    if hasattr(value, "numpy") and callable(value.numpy) and mod.startswith(("tensorflow", "keras")):
+        try:
+            return plain(value.numpy(), _depth + 1)
+        except Exception:  # a symbolic tensor, a variable on a lost device...
+            pass
+    try:
+        text = repr(value)
+    except Exception:
+        text = "<unprintable>"
+    return {"__type__": f"{mod}.{kind.__qualname__}".lstrip("."), "repr": text[:300]}
+
+
+def round_trip(value):
+    """``plain(value)`` through ``json.dumps``/``json.loads``: exactly what the other side receives."""
+    return json.loads(json.dumps(plain(value), allow_nan=True))
+
+
+def outcome(call: Callable[[], object]) -> dict:
+    """Run ``call()`` inside ``observe``: ``{"value": ...}`` or ``{"raised": "ValueError", "message": ...}``.
+
+    ``NotImplementedError`` passes through, so an untouched stub still counts as not attempted.
+    """
+    try:
+        return {"value": plain(call())}
+    except NotImplementedError:
+        raise
+    except Exception as exc:
+        return {"raised": type(exc).__name__, "message": str(exc)[:300],
+                "raised_mro": [c.__name__ for c in type(exc).__mro__]}
+
+
+def expect_raised(seen: dict, what: str, why: str = "", exc_name: str = "ValueError") -> None:
+    """In ``judge``: fail unless the :func:`outcome` ``seen`` raised ``exc_name`` (or a subclass of it)."""
+    reason = f" ({why})" if why else ""
+    if "raised" in seen:
+        if exc_name in seen.get("raised_mro", [seen["raised"]]):
+            return
+        raise Fail(f"{what} should raise {exc_name}{reason}, it raised {seen['raised']}: {seen.get('message', '')}")
+    raise Fail(f"{what} should raise {exc_name}{reason}, but returned {_short(seen.get('value'))}")
+
+
+def _short(value, limit: int = 200) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 class Namespace:
@@ -170,51 +285,145 @@ def _alarm_available() -> bool:
     return hasattr(signal, "SIGALRM") and threading.current_thread() is threading.main_thread()
 
 
-def run_item(spec: ItemSpec, fn: Callable, ns: Namespace | Mapping,
-             timeout_s: float | None = ITEM_TIMEOUT_S) -> ItemResult:
-    """Run one item and classify the outcome. Never raises (except KeyboardInterrupt).
+class _Alarm:
+    """Stop the code inside after ``timeout_s`` (SIGALRM; a no-op where it is unavailable)."""
 
-    With ``timeout_s`` (and SIGALRM available) an item that runs longer is
+    def __init__(self, timeout_s):
+        self.timeout_s = timeout_s
+        self.on = bool(timeout_s) and _alarm_available()
+
+    def __enter__(self):
+        if self.on:
+            def on_alarm(signum, frame):
+                raise ItemTimeout()
+            self.previous = signal.signal(signal.SIGALRM, on_alarm)
+            signal.setitimer(signal.ITIMER_REAL, self.timeout_s)
+        return self
+
+    def __exit__(self, *exc):
+        if self.on:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self.previous)
+        return False
+
+
+def _timeout_message(timeout_s) -> str:
+    return (f"Stopped after {timeout_s:g} s: your code did not finish. Look for an endless "
+            f"loop, or an iterator that never ends (e.g. a dataset with .repeat()).")
+
+
+_TODO_MESSAGE = ("Not attempted yet: your code still raises NotImplementedError. "
+                 "Replace the `raise NotImplementedError` line under the TODO with your code.")
+
+
+def _fail_message(exc: AssertionError, test_file: str | None) -> str:
+    msg = str(exc).strip()
+    if not msg:
+        tb = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == test_file]
+        msg = f"check failed: {tb[-1].line.strip()}" if tb and tb[-1].line else "a check failed"
+    return msg
+
+
+def _classify(call: Callable[[], object], test_file: str | None, timeout_s) -> tuple[str, object]:
+    """Run ``call``; return ("ok", value) or (status, learner-facing message). Never raises but for interrupts."""
+    try:
+        with _Alarm(timeout_s):
+            return "ok", call()
+    except KeyboardInterrupt:
+        raise
+    except ItemTimeout:
+        return "error", _timeout_message(timeout_s)
+    except NotImplementedError:
+        return "todo", _TODO_MESSAGE
+    except AssertionError as exc:  # Fail is an AssertionError
+        return "fail", _fail_message(exc, test_file)
+    except BaseException as exc:  # learner code may raise anything, even SystemExit
+        return "error", _error_message(exc, test_file)
+
+
+def _result(spec: ItemSpec, status: str, message: str = "") -> ItemResult:
+    pts = spec.points if status == "pass" else 0
+    return ItemResult(spec.key, spec.title, pts, spec.points, status, message)
+
+
+def make_cases(obj, seed: int | None = None) -> list:
+    """The item's fresh cases for ``seed`` (trusted side), exactly as ``observe`` will receive them."""
+    import random
+
+    cases = obj.cases(random.Random(seed))
+    if not isinstance(cases, list) or not cases:
+        raise ValueError(f"{obj.__name__}.cases(rng) must return a non-empty list, got {type(cases).__name__}")
+    return round_trip(cases)
+
+
+#: What :func:`observe_item` returns: ``{"status": "ok", "seen": [...]}``, or ``{"status": "todo" |
+#: "fail" | "error", "message": ..., "case": index}`` when the learner's code stopped the observation.
+Observed = dict
+
+
+def observe_item(obj, ns: "Namespace | Mapping", cases: list, timeout_s: float | None = ITEM_TIMEOUT_S) -> Observed:
+    """Learner's side: run ``observe`` on every case; return plain, JSON-able observations.
+
+    The whole item shares one time limit. Stops at the first case the learner's code cannot get through.
+    """
+    if not isinstance(ns, Namespace):
+        ns = Namespace(ns)
+    test_file = getattr(getattr(obj.observe, "__code__", None), "co_filename", None)
+    seen: list = []
+
+    def run_all():
+        for case in cases:
+            seen.append(round_trip(obj.observe(ns, case)))
+
+    status, value = _classify(run_all, test_file, timeout_s)
+    if status == "ok":
+        return {"status": "ok", "seen": seen}
+    return {"status": status, "message": value, "case": len(seen)}
+
+
+def judge_item(spec: ItemSpec, obj, cases: list, observed: Observed) -> ItemResult:
+    """Trusted side: the verdict on ``observed`` for ``cases``. Never raises."""
+    if not isinstance(observed, dict) or observed.get("status") not in ("ok", "todo", "fail", "error"):
+        return _result(spec, "error", "the grader received no readable observation for this item")
+    if observed["status"] != "ok":
+        return _result(spec, observed["status"], str(observed.get("message", "")))
+    seen = observed.get("seen")
+    if not isinstance(seen, list) or len(seen) != len(cases):
+        return _result(spec, "error", "the grader received observations that do not match its cases")
+    test_file = getattr(getattr(obj.judge, "__code__", None), "co_filename", None)
+    for case, obs in zip(cases, seen):
+        status, value = _classify(lambda: obj.judge(case, obs), test_file, None)
+        if status == "todo":
+            return _result(spec, "todo", _TODO_MESSAGE)
+        if status == "error":  # a judge never runs learner code: this is a bug in the test itself
+            return _result(spec, "error", f"The check failed while judging your answer ({value.split(': ', 1)[-1]}): "
+                                          "look at what your function returns (type, shape, nesting). If it "
+                                          "looks right, tell your instructor.")
+        if status != "ok":
+            return _result(spec, status, value)
+    return _result(spec, "pass")
+
+
+def run_item(spec: ItemSpec, fn: Callable, ns: Namespace | Mapping,
+             timeout_s: float | None = ITEM_TIMEOUT_S, seed: int | None = None) -> ItemResult:
+    """Run one item start to end in this process (``check()`` in a notebook). Never raises (but interrupts).
+
+    A split item makes its cases, observes and judges here, with the same JSON round trips as
+    the grader. With ``timeout_s`` (and SIGALRM available) learner code that runs longer is
     stopped and reported as an error, so an endless loop cannot hang ``check()``.
     """
     if not isinstance(ns, Namespace):
         ns = Namespace(ns)
+    if is_split(fn):
+        try:
+            cases = make_cases(fn, seed)
+        except Exception as exc:
+            return _result(spec, "error", f"The check could not build its test cases ({type(exc).__name__}: "
+                                          f"{exc}). Tell your instructor.")
+        return judge_item(spec, fn, cases, observe_item(fn, ns, cases, timeout_s))
     test_file = getattr(getattr(fn, "__code__", None), "co_filename", None)
-
-    def result(status, message=""):
-        pts = spec.points if status == "pass" else 0
-        return ItemResult(spec.key, spec.title, pts, spec.points, status, message)
-
-    def on_alarm(signum, frame):
-        raise ItemTimeout()
-
-    timed = bool(timeout_s) and _alarm_available()
-    if timed:
-        previous = signal.signal(signal.SIGALRM, on_alarm)
-        signal.setitimer(signal.ITIMER_REAL, timeout_s)
-    try:
-        fn(ns)
-    except KeyboardInterrupt:
-        raise
-    except ItemTimeout:
-        return result("error", f"Stopped after {timeout_s:g} s: your code did not finish. Look for an endless "
-                               f"loop, or an iterator that never ends (e.g. a dataset with .repeat()).")
-    except NotImplementedError:
-        return result("todo", "Not attempted yet: your code still raises NotImplementedError. "
-                              "Replace the `raise NotImplementedError` line under the TODO with your code.")
-    except AssertionError as exc:  # Fail is an AssertionError
-        msg = str(exc).strip()
-        if not msg:
-            tb = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == test_file]
-            msg = f"check failed: {tb[-1].line.strip()}" if tb and tb[-1].line else "a check failed"
-        return result("fail", msg)
-    except BaseException as exc:  # learner code may raise anything, even SystemExit
-        return result("error", _error_message(exc, test_file))
-    finally:
-        if timed:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, previous)
-    return result("pass")
+    status, value = _classify(lambda: fn(ns), test_file, timeout_s)
+    return _result(spec, "pass") if status == "ok" else _result(spec, status, value)
 
 
 def items_in(module) -> list[tuple[ItemSpec, Callable]]:

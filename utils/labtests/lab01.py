@@ -1,91 +1,150 @@
 """Lab 01 (device detection): public tests.
 
-Every test builds fresh inputs (random device lists, random CUDA_VISIBLE_DEVICES
-values) and checks behaviour; q3's expected answers for CPU devices are measured
-live against TensorFlow itself.
+Each item is split in three (see :mod:`gpucourse.grading.items`): ``cases``
+draws fresh inputs (random device lists, random CUDA_VISIBLE_DEVICES values)
+on the grader's side, ``observe`` calls the learner's function in the
+learner's kernel and returns plain data, and ``judge`` computes the expected
+answer on the grader's side. q3's expected answers for CPU devices are
+measured in fresh TensorFlow processes, never in the learner's kernel.
 """
 
 from __future__ import annotations
 
 import functools
-import numbers
-import random
 import subprocess
 import sys
 
-from gpucourse.grading.items import Fail, expect_raises, item
+from gpucourse.grading.items import Fail, expect_raised, item, outcome
 
 SETTINGS = ("logical_devices", "memory_growth", "memory_limit", "soft_placement",
             "intra_op_threads", "inter_op_threads")
 
 
-def _devices(kind_counts: dict, logical: bool, rng: random.Random):
-    """A shuffled list of fake-but-real tf.config device tuples, e.g. {'GPU': [1, 12], 'CPU': [0]}."""
+def _device_names(kind_counts: dict, logical: bool, rng) -> list[str]:
+    """Shuffled device names, e.g. {'GPU': [1, 12], 'CPU': [0]} -> ['/device:GPU:12', ...]."""
+    prefix = "/device:" if logical else "/physical_device:"
+    names = [f"{prefix}{kind}:{i}" for kind, idx in kind_counts.items() for i in idx]
+    rng.shuffle(names)
+    return names
+
+
+def _devices(names: list[str], logical: bool) -> list:
+    """Real tf.config device tuples with these names (built in the learner's kernel)."""
     import tensorflow as tf
 
     cls = tf.config.LogicalDevice if logical else tf.config.PhysicalDevice
-    prefix = "/device:" if logical else "/physical_device:"
-    out = [cls(name=f"{prefix}{kind}:{i}", device_type=kind) for kind, idx in kind_counts.items() for i in idx]
-    rng.shuffle(out)
-    return out
+    return [cls(name=n, device_type=n.split(":")[-2]) for n in names]
+
+
+def _kind(name: str) -> str:
+    return name.split(":")[-2]
+
+
+def _index(name: str) -> int:
+    return int(name.rsplit(":", 1)[1])
+
+
+def _type_name(value) -> str:
+    return "bool" if isinstance(value, bool) else type(value).__name__
+
+
+# --------------------------------------------------------------------------- q1
 
 
 @item("q1", points=2, title="summarise_devices counts devices by type")
-def q1(ns):
-    import tensorflow as tf
+class q1:
+    def cases(rng):
+        counts = [{}, {"CPU": [0]}, {"CPU": [0], "GPU": [0, 1, 2]},
+                  {"GPU": list(range(rng.randint(1, 9))), "CPU": [0, 1], "TPU": [0, 1, 2, 3]}]
+        out = [{"names": _device_names(c, logical, rng), "logical": logical} for c in counts
+               for logical in (False, True)]
+        return out + [{"real": True}]
 
-    fn = ns.function("summarise_devices")
-    rng = random.Random()
-    cases = [{}, {"CPU": [0]}, {"CPU": [0], "GPU": [0, 1, 2]},
-             {"GPU": list(range(rng.randint(1, 9))), "CPU": [0, 1], "TPU": [0, 1, 2, 3]}]
-    for counts in cases:
-        for logical in (False, True):
-            devices = _devices(counts, logical, rng)
-            before = list(devices)
-            got = fn(devices)
-            want = {k: len(v) for k, v in counts.items() if v}
-            if not isinstance(got, dict):
-                raise Fail(f"summarise_devices should return a dict like {{'CPU': 1, 'GPU': 2}}, "
-                           f"got a {type(got).__name__}")
-            if got != want:
-                raise Fail(f"for {[d.name for d in devices]} expected {want}, got {got}")
-            if devices != before:
-                raise Fail("summarise_devices changed the list it was given; it should only read it")
-    real = tf.config.list_physical_devices()
-    want = {}
-    for d in real:
-        want[d.device_type] = want.get(d.device_type, 0) + 1
-    if fn(real) != want:
-        raise Fail(f"on this machine's tf.config.list_physical_devices() expected {want}, got {fn(real)}")
+    def observe(ns, case):
+        import tensorflow as tf
+
+        fn = ns.function("summarise_devices")
+        if case.get("real"):
+            real = tf.config.list_physical_devices()
+            got = fn(real)
+            return {"got": got, "type": _type_name(got), "names": [d.name for d in real]}
+        devices = _devices(case["names"], case["logical"])
+        before = list(devices)
+        got = fn(devices)
+        return {"got": got, "type": _type_name(got), "mutated": devices != before}
+
+    def judge(case, seen):
+        names = seen["names"] if case.get("real") else case["names"]
+        want = {}
+        for n in names:
+            want[_kind(n)] = want.get(_kind(n), 0) + 1
+        if seen["type"] != "dict":
+            raise Fail(f"summarise_devices should return a dict like {{'CPU': 1, 'GPU': 2}}, got a {seen['type']}")
+        where = "this machine's tf.config.list_physical_devices()" if case.get("real") else names
+        if seen["got"] != want:
+            raise Fail(f"for {where} expected {want}, got {seen['got']}")
+        if seen.get("mutated"):
+            raise Fail("summarise_devices changed the list it was given; it should only read it")
+
+
+# --------------------------------------------------------------------------- q2
+
+
+def _pick(names: list[str]) -> str | None:
+    """Reference: the lowest-numbered GPU, else the lowest-numbered CPU (as a logical device name)."""
+    for kind in ("GPU", "CPU"):
+        found = [n for n in names if _kind(n) == kind]
+        if found:
+            return min(found, key=_index)
+    return None
 
 
 @item("q2", points=3, title="pick_device prefers the lowest-numbered GPU, else CPU")
-def q2(ns):
-    import tensorflow as tf
+class q2:
+    def cases(rng):
+        gpus = sorted(rng.sample(range(1, 16), rng.randint(2, 4)))
+        counts = [{"CPU": [0]}, {"CPU": [0, 1, 2]}, {"CPU": [0], "GPU": gpus},
+                  {"CPU": [0], "GPU": [2, 10]},  # numeric, not alphabetical, order
+                  {"TPU": [0, 1], "CPU": [2, 10]}]  # no GPU: the lowest CPU, never another type
+        return [{"names": _device_names(c, True, rng)} for c in counts] + [{"empty": True}, {"real": True}]
 
-    fn = ns.function("pick_device")
-    rng = random.Random()
-    gpus = sorted(rng.sample(range(1, 16), rng.randint(2, 4)))
-    cases = [
-        ({"CPU": [0]}, "/device:CPU:0"),
-        ({"CPU": [0, 1, 2]}, "/device:CPU:0"),
-        ({"CPU": [0], "GPU": gpus}, f"/device:GPU:{gpus[0]}"),
-        ({"CPU": [0], "GPU": [2, 10]}, "/device:GPU:2"),  # numeric, not alphabetical, order
-        ({"TPU": [0, 1], "CPU": [2, 10]}, "/device:CPU:2"),  # no GPU: the lowest CPU, never another type
-    ]
-    for counts, want in cases:
-        devices = _devices(counts, True, rng)
-        got = fn(devices)
+    def observe(ns, case):
+        import tensorflow as tf
+
+        fn = ns.function("pick_device")
+        if case.get("empty"):
+            return outcome(lambda: fn([]))
+        if case.get("real"):
+            real = tf.config.list_logical_devices()
+            name = fn(real)
+            placed = None
+            if isinstance(name, str):
+                try:
+                    with tf.device(name):
+                        placed = tf.ones(3).device
+                except Exception as exc:  # an invalid device string: the judge says so
+                    placed = f"error: {type(exc).__name__}: {exc}"
+            return {"got": name, "names": [d.name for d in real], "placed": placed}
+        return {"got": fn(_devices(case["names"], True))}
+
+    def judge(case, seen):
+        if case.get("empty"):
+            return expect_raised(seen, "pick_device([])", "there is no device to pick")
+        names = seen["names"] if case.get("real") else case["names"]
+        want = _pick(names)
+        got = seen["got"]
         if got != want:
-            raise Fail(f"for {[d.name for d in devices]} expected {want!r}, got {got!r}")
-    expect_raises(lambda: fn([]), "pick_device([])", "there is no device to pick")
-    # And the answer must actually work with tf.device on this machine.
-    name = fn(tf.config.list_logical_devices())
-    with tf.device(name):
-        x = tf.ones(3)
-    if not x.device.endswith(name.split(":", 1)[1]):
-        raise Fail(f"a tensor created under tf.device({name!r}) landed on {x.device}")
+            hint = ""
+            if isinstance(got, str) and got.split(":")[-2:] == want.split(":")[-2:]:
+                hint = f" Return the device's own `.name` ({want!r}), not a name you build yourself."
+            elif not isinstance(got, str):
+                hint = " Return the device's `.name` (a string), not the device object."
+            raise Fail(f"for {names} expected {want!r}, got {got!r}.{hint}")
+        if case.get("real") and not str(seen["placed"]).endswith(want.split(":", 1)[1]):
+            raise Fail(f"a tensor created under tf.device({got!r}) landed on {seen['placed']}")
 
+
+# --------------------------------------------------------------------------- q3
 
 _GPU_RULES = {  # documented TensorFlow behaviour on GPUs: allowed before / after the runtime starts
     "logical_devices": (True, False), "memory_growth": (True, False), "memory_limit": (True, False),
@@ -131,22 +190,35 @@ def _cpu_truth(started: bool) -> dict:
 
 
 @item("q3", points=3, title="config_allowed knows which settings can still change")
-def q3(ns):
-    fn = ns.function("config_allowed")
-    rng = random.Random()
-    combos = [(s, d, st) for s in SETTINGS for d in ("CPU", "GPU") for st in (False, True)]
-    rng.shuffle(combos)
-    for setting, dev, started in combos:
+class q3:
+    def cases(rng):
+        combos = [{"setting": s, "device": d, "started": st} for s in SETTINGS for d in ("CPU", "GPU")
+                  for st in (False, True)]
+        rng.shuffle(combos)
+        return combos + [{"setting": bad, "device": "GPU", "started": False, "bad": True}
+                         for bad in ("mem_fraction", "virtual_devices")]
+
+    def observe(ns, case):
+        fn = ns.function("config_allowed")
+        if case.get("bad"):
+            return outcome(lambda: fn(case["setting"], case["device"], case["started"]))
+        got = fn(case["setting"], case["device"], case["started"])
+        return {"got": got, "type": _type_name(got)}
+
+    def judge(case, seen):
+        setting, dev, started = case["setting"], case["device"], case["started"]
+        if case.get("bad"):
+            return expect_raised(seen, f"config_allowed({setting!r}, ...)", "that setting does not exist")
+        if seen["type"] != "bool":
+            raise Fail(f"config_allowed should return True or False, got {seen['got']!r}")
         want = _cpu_truth(started)[setting] if dev == "CPU" else _GPU_RULES[setting][int(started)]
-        got = fn(setting, dev, started)
-        if not isinstance(got, bool):
-            raise Fail(f"config_allowed should return True or False, got {got!r}")
-        if got != want:
+        if seen["got"] != want:
             when = "after" if started else "before"
-            raise Fail(f"config_allowed({setting!r}, {dev!r}, runtime_started={started}) returned {got}, but "
-                       f"TensorFlow {'accepts' if want else 'rejects'} that {when} the runtime starts")
-    for bad in ("mem_fraction", "virtual_devices"):
-        expect_raises(lambda: fn(bad, "GPU", False), f"config_allowed({bad!r}, ...)", "that setting does not exist")
+            raise Fail(f"config_allowed({setting!r}, {dev!r}, runtime_started={started}) returned {seen['got']}, "
+                       f"but TensorFlow {'accepts' if want else 'rejects'} that {when} the runtime starts")
+
+
+# --------------------------------------------------------------------------- q4
 
 
 def _visible(value, physical):
@@ -163,18 +235,23 @@ def _visible(value, physical):
 
 
 @item("q4", points=2, title="visible_gpu_count reads CUDA_VISIBLE_DEVICES like CUDA does")
-def q4(ns):
-    fn = ns.function("visible_gpu_count")
-    rng = random.Random()
-    n = rng.randint(3, 8)
-    perm = rng.sample(range(n), rng.randint(1, n))
-    cases = [(None, n), ("", n), ("-1", n), ("0", n), (",".join(map(str, perm)), n),
-             (f"0,{n + 2},1", n), ("1,0", 2), ("0,1", 1), ("GPU-0", n)]
-    for value, physical in cases:
+class q4:
+    def cases(rng):
+        n = rng.randint(3, 8)
+        perm = rng.sample(range(n), rng.randint(1, n))
+        pairs = [(None, n), ("", n), ("-1", n), ("0", n), (",".join(map(str, perm)), n),
+                 (f"0,{n + 2},1", n), ("1,0", 2), ("0,1", 1), ("GPU-0", n)]
+        return [{"value": v, "physical": p} for v, p in pairs]
+
+    def observe(ns, case):
+        got = ns.function("visible_gpu_count")(case["value"], case["physical"])
+        return {"got": got, "type": _type_name(got)}
+
+    def judge(case, seen):
+        value, physical = case["value"], case["physical"]
+        if seen["type"] not in ("int", "int64", "int32"):
+            raise Fail(f"visible_gpu_count should return a whole number (int), got {seen['got']!r} "
+                       f"({seen['type']}) for ({value!r}, {physical})")
         want = _visible(value, physical)
-        got = fn(value, physical)
-        if isinstance(got, bool) or not isinstance(got, numbers.Integral):
-            raise Fail(f"visible_gpu_count should return a whole number (int), got {got!r} "
-                       f"({type(got).__name__}) for ({value!r}, {physical})")
-        if got != want:
-            raise Fail(f"visible_gpu_count({value!r}, {physical}) should be {want}, got {got!r}")
+        if seen["got"] != want:
+            raise Fail(f"visible_gpu_count({value!r}, {physical}) should be {want}, got {seen['got']!r}")
