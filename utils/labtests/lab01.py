@@ -44,6 +44,12 @@ def _index(name: str) -> int:
     return int(name.rsplit(":", 1)[1])
 
 
+def _type_index(name: str) -> tuple[str, str]:
+    """'/device:GPU:3', '/GPU:3', 'GPU:3' -> ('GPU', '3')."""
+    parts = name.split(":")
+    return (parts[-2].split("/")[-1].upper(), parts[-1]) if len(parts) >= 2 else (name, "")
+
+
 def _type_name(value) -> str:
     return "bool" if isinstance(value, bool) else type(value).__name__
 
@@ -135,10 +141,12 @@ class q2:
         got = seen["got"]
         if got != want:
             hint = ""
-            if isinstance(got, str) and got.split(":")[-2:] == want.split(":")[-2:]:
+            if isinstance(got, str) and _type_index(got) == _type_index(want):
                 hint = f" Return the device's own `.name` ({want!r}), not a name you build yourself."
             elif not isinstance(got, str):
                 hint = " Return the device's `.name` (a string), not the device object."
+            elif got in names and _kind(got) == _kind(want):
+                hint = " Compare the indices as numbers: GPU:2 comes before GPU:10."
             raise Fail(f"for {names} expected {want!r}, got {got!r}.{hint}")
         if case.get("real") and not str(seen["placed"]).endswith(want.split(":", 1)[1]):
             raise Fail(f"a tensor created under tf.device({got!r}) landed on {seen['placed']}")

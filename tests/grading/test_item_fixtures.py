@@ -1,0 +1,24 @@
+"""Every wrong-answer fixture loses exactly the item it targets, with the golden message (see item_fixtures)."""
+
+import pytest
+
+from .item_fixtures import expected, fixture_files, run_lab
+
+FILES = fixture_files()
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: f"lab{p.parent.name[3:]}/{p.stem}")
+def test_fixture_loses_exactly_its_item(path):
+    lab = path.parent.name[3:]
+    want = expected(path)
+    out = run_lab(lab)
+    assert all(r["status"] == "pass" for r in out["baseline"].values()), \
+        f"the solution of lab {lab} does not pass every item: {out['baseline']}"
+    got = out["fixtures"][path.name]
+    assert "setup_error" not in got, f"the fixture itself raised: {got.get('setup_error')}"
+    target = got["results"][want["item"]]
+    assert target["status"] == want["status"], f"{want['item']}: expected {want['status']}, got {target}"
+    for fragment in want.get("message", []):
+        assert fragment in target["message"], f"{want['item']}'s message lacks {fragment!r}: {target['message']}"
+    others = {k: r for k, r in got["results"].items() if k != want["item"] and r["status"] != "pass"}
+    assert not others, f"the fixture should lose only {want['item']}, but also: {others}"
