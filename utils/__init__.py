@@ -16,6 +16,7 @@ One module per topic, plus shared plumbing:
 ``xla``                06 XLA compilation and HLO inspection
 ``pipeline``           07 tf.data simulated workloads and timelines
 ``profiling``          08 trace capture/reading and utilisation monitor
+``explore``            interactive explorers (widgets, with a static fallback)
 ``timing``             warm-up + repeats + medians, ratio tables
 ``logcapture``         capture C-level log output (TensorFlow's C++ logs)
 ``plots``              small matplotlib helpers shared by the notebooks
@@ -40,6 +41,7 @@ __version__ = "0.1.0"
 _SUBMODULES = (
     "colab",
     "devices",
+    "explore",
     "distribute",
     "grading",
     "logcapture",

@@ -1,0 +1,74 @@
+"""The explorer scaffolding: validation, remembered state, widgets built and updated, static fallback."""
+
+import pytest
+
+from gpucourse import explore
+from gpucourse.explore import Explorer, View, checkbox, dropdown, slider
+
+
+def _update(n=4, on=True, mode="a"):
+    return View(f"n={n} on={on} mode={mode}")
+
+
+def _explorer(name, **kw):
+    return Explorer(name, _update, [slider("n", 1, 10, 4), checkbox("on", True), dropdown("mode", ["a", "b"])], **kw)
+
+
+def test_controls_validate():
+    with pytest.raises(ValueError, match="low must be < high"):
+        slider("n", 5, 1, 3)
+    with pytest.raises(ValueError, match="n must be <= 10"):
+        slider("n", 1, 10, 11)
+    with pytest.raises(ValueError, match="must be one of"):
+        dropdown("m", ["a"], "z")
+    with pytest.raises(TypeError):
+        checkbox("c", 1)
+    assert slider("x", 0.0, 1.0, 0.5).kind == "float" and slider("k", 1, 9, 3).kind == "int"
+
+
+def test_render_remembers_values_across_reruns():
+    ex = _explorer("t-remember")
+    assert ex.render({"n": 7}).text == "n=7 on=True mode=a"
+    again = _explorer("t-remember")  # the cell is run again: same name, fresh object
+    assert again.values == {"n": 7, "on": True, "mode": "a"} == explore.state_of("t-remember")
+    with pytest.raises(ValueError, match="unknown control"):
+        again.render({"m": 1})
+    with pytest.raises(ValueError):
+        again.render({"n": 0})
+
+
+def test_update_must_return_a_view():
+    ex = Explorer("t-bad", lambda n=1: "text", [slider("n", 1, 3, 1)])
+    with pytest.raises(TypeError, match="must return a View"):
+        ex.render()
+
+
+def test_widgets_update_on_change_and_show_errors():
+    pytest.importorskip("ipywidgets")
+    ex = _explorer("t-widget")
+    box = ex._build(__import__("ipywidgets"))
+    status = box.children[0]
+    assert "gpucourse-explorer" in box._dom_classes and "update 1" in status.value
+    slider_widget = box.children[1].children[0]
+    slider_widget.value = 9
+    assert "update 2" in status.value and "n=9" in status.value
+    assert explore.state_of("t-widget")["n"] == 9
+
+
+def test_manual_explorer_updates_on_run_only():
+    pytest.importorskip("ipywidgets")
+    ex = _explorer("t-manual", manual=True)
+    box = ex._build(__import__("ipywidgets"))
+    rows = box.children[1].children
+    rows[0].value = 2
+    assert ex.updates == 1  # not re-run by the slider
+    rows[-1].click()
+    assert ex.updates == 2 and "n=2" in box.children[0].value
+
+
+def test_static_fallback_prints_current_values_and_presets(monkeypatch, capsys):
+    monkeypatch.setenv("GPUCOURSE_STATIC", "1")
+    ex = _explorer("t-static", presets=[{"n": 2}, {"mode": "b"}])
+    assert ex.show() is None
+    out = capsys.readouterr().out
+    assert "n=4 on=True mode=a" in out and "n=2 on=True mode=a" in out and "n=4 on=True mode=b" in out
