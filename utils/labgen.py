@@ -13,7 +13,7 @@ Markers in a solution notebook:
 ``# NBVAL_CHECK_OUTPUT``
     Removed in the lab: labs are stored without outputs.
 ``(solution)`` in the first heading
-    Becomes ``(lab)``; the Colab badge is pointed at the lab.
+    Becomes ``(lab)``; the Colab and Kaggle badges are pointed at the lab.
 
 Outputs and execution counts are cleared, and the notebook metadata gets
 ``"gpucourse": {"lab": "NN", "kind": "lab"}`` so the grader knows the lab.
@@ -91,10 +91,12 @@ def generate_lab(solution: Path):
             new.metadata.pop("execution", None)
         cells.append(new)
     if cells and cells[0].cell_type == "markdown":
-        from .colab import colab_url
+        from .colab import colab_url, kaggle_url
 
         title = cells[0].source.replace("(solution)", "(lab)", 1)
-        cells[0].source = title.replace(colab_url(f"solutions/{solution.name}"), colab_url(f"labs/{solution.name}"))
+        for url in (colab_url, kaggle_url):
+            title = title.replace(url(f"solutions/{solution.name}"), url(f"labs/{solution.name}"))
+        cells[0].source = title
     lab.cells = cells
     lab.metadata["gpucourse"] = {"lab": m.group(1), "kind": "lab"}
     lab.metadata.pop("widgets", None)
