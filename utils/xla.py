@@ -212,6 +212,113 @@ class _HloCounts:
         return self.total["fusion"]
 
 
+# --------------------------------------------------------------------------- the fusion explorer
+
+
+def _gelu_erf(x):
+    tf = _tf()
+    return 0.5 * x * (1.0 + tf.math.erf(x * 0.7071067811865476))
+
+
+def _swish(x):
+    return x * _tf().sigmoid(x)
+
+
+def _scale(x):
+    return x * 2.0
+
+
+def _softmax_rows(x):
+    tf = _tf()
+    return tf.reshape(tf.nn.softmax(tf.reshape(x, (-1, 256)), axis=-1), (-1,))
+
+
+def _layer_norm_rows(x):
+    tf = _tf()
+    rows = tf.reshape(x, (-1, 256))
+    mean, var = tf.nn.moments(rows, axes=[-1], keepdims=True)
+    return tf.reshape((rows - mean) * tf.math.rsqrt(var + 1e-5), (-1,))
+
+
+#: The elementwise chains the fusion explorer offers: name -> function of a 1-D float32 tensor
+#: (the row-wise ones view it as rows of 256).
+CHAINS: dict[str, Callable] = {
+    "x * 2 (one op)": _scale,
+    "swish x*sigmoid(x)": _swish,
+    "gelu (tanh approximation)": gelu_chain,
+    "gelu (erf)": _gelu_erf,
+    "softmax over rows of 256": _softmax_rows,
+    "layer norm over rows of 256": _layer_norm_rows,
+}
+
+
+def fusion_view(chain: str = "gelu (tanh approximation)", log2_size: int = 20, repeats: int = 5):
+    """The fusion explorer's update: HLO instructions before/after XLA, fusions, and measured times.
+
+    Compiles ``CHAINS[chain]`` for ``2**log2_size`` floats, counts the
+    instructions that compute in the HLO TensorFlow hands to XLA and the
+    kernels left in the optimized HLO's entry computation, and times
+    ``tf.function`` against ``jit_compile=True`` side by side
+    (:func:`gpucourse.timing.compare`, ``repeats`` interleaved runs).
+    Returns an :class:`gpucourse.explore.View` (text and a two-panel figure).
+    """
+    from . import timing
+    from .explore import View
+
+    _validate.one_of("chain", chain, CHAINS)
+    n = 1 << _validate.whole("log2_size", log2_size, 10, 26, what="the input has 2**log2_size floats")
+    repeats = _validate.whole("repeats", repeats, 1, what="timed runs per variant")
+    tf = _tf()
+    fn = CHAINS[chain]
+    x = tf.random.normal((n,), seed=6)
+    before, after = _HloCounts.of(fn, x, "hlo"), _HloCounts.of(fn, x, "optimized_hlo")
+    runs = variants(fn)
+    cmp = timing.compare({"tf.function": lambda: runs["tf.function"](x), "jit_compile": lambda: runs["jit_compile"](x)},
+                         warmup=1, repeats=repeats)
+    speedup = cmp.speedup("jit_compile")
+    text = (f"{chain}, 2^{log2_size} floats: {before.work} computing instruction(s) before XLA's passes -> "
+            f"{after.kernels} kernel(s) after, {after.fusions} of them fusion(s) "
+            f"{dict(sorted(after.fusion_kinds.items()))}; jit_compile {speedup:.2f}x vs tf.function "
+            f"({timing.format_seconds(cmp['jit_compile'].median_s)} vs "
+            f"{timing.format_seconds(cmp['tf.function'].median_s)})")
+    return View(text, _fusion_figure(chain, before, after, cmp))
+
+
+def _fusion_figure(chain, before: "_HloCounts", after: "_HloCounts", cmp):
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3), gridspec_kw={"width_ratios": [3, 2]})
+    ops = sorted(op for op in before.total if op not in BOOKKEEPING_OPS)
+    entry_after = after.computations.get(after.entry, Counter())
+    labels = ops + sorted(op for op in entry_after if op not in BOOKKEEPING_OPS and op not in ops)
+    pos = range(len(labels))
+    left.barh([p + 0.2 for p in pos], [before.total[op] for op in labels], height=0.4, label="before (hlo)")
+    left.barh([p - 0.2 for p in pos], [entry_after[op] for op in labels], height=0.4,
+              label="after: kernels in ENTRY")
+    left.set_yticks(list(pos), labels)
+    left.invert_yaxis()
+    left.set(xlabel="instructions", title=f"{chain}: what XLA made of it")
+    left.legend(loc="lower right", fontsize=8)
+    names = [t.name for t in cmp.timings]
+    right.bar(names, [t.median_s * 1e3 for t in cmp.timings], color=["tab:grey", "tab:green"])
+    right.set(ylabel="median ms per call", title=f"jit_compile: {cmp.speedup('jit_compile'):.2f}x")
+    fig.tight_layout()
+    return fig
+
+
+def fusion_explorer(show: bool = True):
+    """The explorer of notebook 06: choose a chain and a size, press Run (each update compiles and times)."""
+    from .explore import Explorer, dropdown, slider
+
+    ex = Explorer("06-fusion", fusion_view,
+                  [dropdown("chain", list(CHAINS), "gelu (tanh approximation)"),
+                   slider("log2_size", 12, 24, 20, label="log2(floats)")],
+                  title="XLA fusion explorer", manual=True)
+    if show:
+        ex.show()
+    return ex
+
+
 # --------------------------------------------------------------------------- retracing and shapes
 
 
