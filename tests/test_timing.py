@@ -97,8 +97,8 @@ def test_sync_on_this_cpu_fetches_one_element_not_the_result(monkeypatch):
     real = timing._one_element
     monkeypatch.setattr(timing, "_one_element", lambda t: fetched.append(real(t).size))
     big = tf.ones((256, 1024))
-    timing.sync({"a": big, "b": [tf.zeros((0,)), 3.0]})
-    assert fetched == [1, 0]  # 4 bytes copied for a 1 MiB result, nothing for an empty one
+    timing.sync({"a": big, "b": [tf.zeros((0,)), tf.ones((4, 4)), 3.0]})
+    assert fetched == [1, 0, 16]  # 4 bytes copied for a 1 MiB result; small results whole
 
 
 def test_sync_with_an_asynchronous_device_calls_sync_devices_once(monkeypatch):

@@ -11,7 +11,7 @@ Rules this module enforces, because every benchmark in the course needs them:
   64 MiB copy costs more than the kernels being compared. :func:`sync` waits
   without a copy: ``tf.test.experimental.sync_devices()`` where a device runs
   asynchronously (a GPU, or eager async mode), otherwise it fetches one element
-  of each result tensor (4 bytes) — see :func:`choose_sync`.
+  of each large result tensor (4 bytes; small results whole) — see :func:`choose_sync`.
 * **Median of several repeats**, interleaved round-robin across candidates in
   :func:`compare`, so that a noisy neighbour or CPU frequency drift hits all of
   them alike. For latency, the tail matters too: :meth:`Timing.percentile`
@@ -52,7 +52,8 @@ def choose_sync(device_types: Sequence[str], synchronous: bool, has_sync_devices
     control back at once; or every device, in eager async mode) and the API
     exists: it waits for every device and copies nothing. Otherwise
     ``"one_element"``: fetching one element of each result tensor to the host
-    waits for the op that produced it (a data dependency) and copies 4 bytes.
+    waits for the op that produced it (a data dependency) and copies 4 bytes
+    (results up to 64 KiB are fetched whole, which is cheaper than one more op).
     On a CPU in the default synchronous mode an op has finished when it
     returns, so this costs one tiny op per result.
     """
@@ -101,11 +102,19 @@ def _is_tf_tensor(obj) -> bool:
     return tf is not None and isinstance(obj, (tf.Tensor, tf.Variable))
 
 
+#: Results up to this size are fetched whole: a 64 KiB copy costs less than launching one more op.
+SMALL_RESULT_BYTES = 1 << 16
+
+
 def _one_element(tensor):
-    """A 1-element tensor that depends on ``tensor`` (its last element), fetched to the host."""
+    """Fetch ``tensor`` to the host if it is small, else one element of it (a 1-element Slice op that
+    depends on it). Either way the host waits for the op that produced ``tensor``; returns the NumPy value."""
     tf = sys.modules["tensorflow"]
-    flat = tf.reshape(tensor, [-1])
-    return flat[-1:].numpy() if flat.shape[0] != 0 else flat.numpy()
+    size = tensor.shape.num_elements()
+    if size is None or size * tensor.dtype.size <= SMALL_RESULT_BYTES:
+        return tensor.numpy()
+    rank = tensor.shape.rank
+    return tf.raw_ops.Slice(input=tensor, begin=[0] * rank, size=[1] * rank).numpy()
 
 
 def sync(result, method: str | None = None):
