@@ -112,7 +112,7 @@ def weights_digest(values) -> str:
     return hashlib.sha256(b"".join(struct.pack("<f", float(v)) for v in values)).hexdigest()
 
 
-def run_trainings(setups, timeout: float = 240) -> list[TrainingRun]:
+def run_trainings(setups, timeout: float = 300) -> list[TrainingRun]:
     """Run each :class:`TrainingSetup` in its own fresh process, all at once; one run per setup, in order.
 
     Raises :class:`gpucourse._probe.ProbeError` (a RuntimeError) if a process fails.

@@ -414,7 +414,7 @@ def _module_names(folder: str) -> list[str]:
     return sorted({".".join(os.path.basename(p).split(".")[:2]) for p in glob.glob(os.path.join(folder, "module_*"))})
 
 
-def run_probes(jobs: Sequence[ProbeJob], timeout: float = 120) -> list[CompileProbe]:
+def run_probes(jobs: Sequence[ProbeJob], timeout: float = 300) -> list[CompileProbe]:
     """Run each job in its own fresh Python process, all at once, and count XLA compilations.
 
     Each process runs through :func:`gpucourse._probe.run_many` (the course's
