@@ -62,3 +62,9 @@ def test_bad_input():
     b = determinism.TrainingRun(determinism.TrainingSetup("b"), "e", [1.0, 2.0], [], False, False, [], ["CPU"])
     with pytest.raises(ValueError, match="different models"):
         determinism.compare_runs(a, b)
+
+
+def test_imports_do_not_load_tensorflow(fresh_python):
+    out = fresh_python("import sys\nfrom gpucourse import determinism, latency, timing\n"
+                       "print('tensorflow' in sys.modules)")
+    assert out.strip() == "False"
