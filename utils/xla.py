@@ -1,15 +1,20 @@
-"""Topic 06: XLA. Compile, read what the compiler made of your code, and know when it pays.
+"""Topic 06: XLA. Compile, see what the compiler made of your code, and know when it pays.
 
-Four jobs:
+Five jobs:
 
 * :func:`gelu_chain` and :func:`variants` give the same elementwise function
   run eagerly, as a plain ``tf.function`` and as ``tf.function(jit_compile=True)``,
-  ready for :func:`gpucourse.timing.compare`.
-* :func:`compiler_ir` and :func:`parse_hlo` fetch and read XLA's HLO text:
-  how many instructions of each kind, how many fusions (kernels), and which
-  computations they live in. That is how you *see* fusion instead of guessing.
-* :func:`count_traces`, :func:`bucket_length` and :func:`pad_to_bucket` deal
-  with retracing and recompilation when shapes change from call to call.
+  ready for :func:`gpucourse.timing.compare`; :func:`ulp_distance` compares
+  their results in float32 units in the last place.
+* :func:`compiler_ir` fetches XLA's HLO for a function and input, and
+  :func:`strip_metadata` makes the text readable. Counting its instructions is
+  what the tutorial teaches and lab 06 asks you to write, so no public helper
+  here does it for you.
+* :func:`fusion_view` and :func:`fusion_explorer`: pick an elementwise chain,
+  see its HLO instruction count before and after XLA's passes, its fusions,
+  and the measured time of ``tf.function`` against ``jit_compile``.
+* :func:`count_traces` and :func:`padding_cost` deal with retracing and
+  recompilation when shapes change from call to call.
 * :func:`run_probes` runs small programs in fresh processes with
   ``TF_XLA_FLAGS`` set and counts the modules XLA compiled there (read from an
   ``XLA_FLAGS=--xla_dump_to`` folder). Auto-clustering, for instance, is only
@@ -25,31 +30,35 @@ imports it when called.
 from __future__ import annotations
 
 import glob
+import math
 import os
 import re
-import subprocess
-import sys
 import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
+from . import _probe, _validate
+from ._tf import tf as _tf
+
 __all__ = [
     "AUTO_JIT_FLAGS",
     "BOOKKEEPING_OPS",
+    "CHAINS",
     "CompileProbe",
-    "HloSummary",
     "ProbeJob",
     "auto_clustering_jobs",
     "benchmark",
     "break_even_calls",
-    "bucket_length",
     "compiler_ir",
     "count_traces",
+    "fusion_explorer",
+    "fusion_view",
     "gelu_chain",
-    "pad_to_bucket",
-    "parse_hlo",
+    "padding_cost",
     "run_probes",
+    "strip_metadata",
+    "ulp_distance",
     "variants",
 ]
 
@@ -61,12 +70,6 @@ AUTO_JIT_FLAGS = "--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit"
 BOOKKEEPING_OPS = frozenset({"parameter", "constant", "tuple", "get-tuple-element", "bitcast"})
 
 _STAGES = ("hlo", "optimized_hlo", "optimized_hlo_dot", "hlo_serialized", "optimized_hlo_serialized")
-
-
-def _tf():
-    import tensorflow as tf  # imported lazily: importing gpucourse must stay cheap
-
-    return tf
 
 
 # --------------------------------------------------------------------------- the running example
@@ -89,10 +92,38 @@ def variants(fn: Callable) -> dict[str, Callable]:
     Each value takes the same arguments as ``fn``. The two compiled versions
     are separate ``tf.function`` objects, so they trace independently.
     """
-    if not callable(fn):
-        raise TypeError(f"fn must be a Python function of tensors, got {type(fn).__name__}")
+    _validate.callable_("fn", fn)
     tf = _tf()
     return {"eager": fn, "tf.function": tf.function(fn), "jit_compile": tf.function(fn, jit_compile=True)}
+
+
+def ulp_distance(a, b) -> int:
+    """The largest distance between ``a`` and ``b``, elementwise, in float32 units in the last place (ulps).
+
+    Two float32 numbers are ``k`` ulps apart when ``k - 1`` other float32
+    numbers lie between them: 0 means bit-identical, 1 means neighbours. This
+    is a *relative* error (one ulp is about ``1.2e-7`` of the value), so one
+    tolerance fits every magnitude, unlike ``atol``. NaNs must sit in the same
+    places; a NaN against a number is reported as an infinite distance.
+    """
+    import numpy as np
+
+    x = np.asarray(getattr(a, "numpy", lambda: a)(), dtype=np.float32)
+    y = np.asarray(getattr(b, "numpy", lambda: b)(), dtype=np.float32)
+    if x.shape != y.shape:
+        raise ValueError(f"a and b must have the same shape, got {x.shape} and {y.shape}")
+    if x.size == 0:
+        return 0
+    nan_x, nan_y = np.isnan(x), np.isnan(y)
+    if (nan_x != nan_y).any():
+        return math.inf
+    # Map float32 bit patterns onto a line where neighbouring floats are neighbouring integers.
+    def ordered(v):
+        bits = v.view(np.int32).astype(np.int64)
+        return np.where(bits < 0, -(bits & 0x7FFFFFFF), bits)
+
+    keep = ~nan_x
+    return int(np.abs(ordered(x[keep]) - ordered(y[keep])).max(initial=0))
 
 
 # --------------------------------------------------------------------------- reading HLO
@@ -110,11 +141,9 @@ def compiler_ir(fn, *args, stage: str = "optimized_hlo") -> str:
             (after fusion and the other passes), or any stage
             ``experimental_get_compiler_ir`` knows.
     """
-    if stage not in _STAGES:
-        raise ValueError(f"stage must be one of {', '.join(_STAGES)}, got {stage!r}")
+    _validate.one_of("stage", stage, _STAGES)
+    _validate.callable_("fn", fn)
     tf = _tf()
-    if not callable(fn):
-        raise TypeError(f"fn must be a function, got {type(fn).__name__}")
     if not hasattr(fn, "experimental_get_compiler_ir"):
         fn = tf.function(fn, jit_compile=True)
     try:
@@ -126,124 +155,168 @@ def compiler_ir(fn, *args, stage: str = "optimized_hlo") -> str:
         raise
 
 
-_HEADER = re.compile(r"^\s*(ENTRY\s+)?%?([\w.\-]+)\s*\(.*\)\s*->\s*.*\{\s*$")
-_INSTR = re.compile(r"^\s*(ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*)$")
-_OPCODE = re.compile(r"([a-z][a-z0-9\-]*)\(")
-_KIND = re.compile(r"\bkind=(k\w+)")
+def strip_metadata(text: str) -> str:
+    """HLO text without ``metadata={...}`` attributes (source locations): easier to read."""
+    _validate.text("text", text, what="HLO text from compiler_ir")
+    return re.sub(r",? metadata=\{[^}]*\}", "", text)
 
 
-def _skip_type(rest: str) -> str:
-    """Drop the leading shape ('f32[4]{0}' or a parenthesised tuple shape) from an instruction."""
-    rest = rest.lstrip()
-    if rest.startswith("("):
-        depth = 0
-        for i, ch in enumerate(rest):
-            depth += ch == "("
-            depth -= ch == ")"
-            if depth == 0:
-                return rest[i + 1:]
-        return ""
-    return rest.split(None, 1)[1] if " " in rest else ""
+def _hlo_proto(fn, x, stage: str):
+    """The HloModuleProto of ``fn(x)`` at ``stage`` ('hlo' or 'optimized_hlo'), read from XLA's serialized form.
 
-
-def _opcode(line: str) -> str | None:
-    m = _INSTR.match(line)
-    if not m:
-        return None
-    op = _OPCODE.match(_skip_type(m.group(3)).lstrip())
-    return op.group(1) if op else None
+    Counting reads the proto, not the text: the text is for people (and for lab 06).
+    """
+    try:
+        from tensorflow.compiler.xla.service import hlo_pb2
+    except ImportError as err:  # pragma: no cover - depends on the TensorFlow build
+        raise RuntimeError("this TensorFlow build does not ship XLA's HLO protos "
+                           "(tensorflow.compiler.xla.service.hlo_pb2); read the HLO text instead") from err
+    return hlo_pb2.HloModuleProto.FromString(compiler_ir(fn, x, stage=stage + "_serialized"))
 
 
 @dataclass
-class HloSummary:
-    """What an HLO module contains: opcode counts per computation, and its fusions.
+class _HloCounts:
+    """Opcodes per computation of one HLO module, and the kinds of its fusions."""
 
-    ``computations`` maps each computation's name to a Counter of opcodes;
-    ``entry`` names the one that runs (the others are called by it: fused
-    computations, reduction bodies, ...).
-    """
-
-    module: str
     entry: str
-    computations: dict[str, Counter] = field(default_factory=dict)
-    fusion_kinds: Counter = field(default_factory=Counter)
+    computations: dict[str, Counter]
+    fusion_kinds: Counter
+
+    @classmethod
+    def of(cls, fn, x, stage: str) -> "_HloCounts":
+        module = _hlo_proto(fn, x, stage)
+        comps = {c.name: Counter(i.opcode for i in c.instructions) for c in module.computations}
+        kinds = Counter(i.fusion_kind or "unknown" for c in module.computations for i in c.instructions
+                        if i.opcode == "fusion")
+        return cls(module.entry_computation_name, comps, kinds)
 
     @property
-    def op_counts(self) -> Counter:
-        """Instructions of each opcode, summed over every computation."""
-        total: Counter = Counter()
+    def total(self) -> Counter:
+        out: Counter = Counter()
         for counts in self.computations.values():
-            total.update(counts)
-        return total
+            out.update(counts)
+        return out
 
     @property
-    def entry_ops(self) -> Counter:
-        """Opcodes in the entry computation: roughly the kernels that run, in the optimized stage."""
-        return Counter(self.computations.get(self.entry, Counter()))
-
-    @property
-    def fusions(self) -> int:
-        """Number of ``fusion`` instructions: each becomes one generated kernel."""
-        return self.op_counts["fusion"]
+    def work(self) -> int:
+        """Instructions that compute (all computations, bookkeeping left out)."""
+        return sum(n for op, n in self.total.items() if op not in BOOKKEEPING_OPS)
 
     @property
     def kernels(self) -> int:
-        """Entry instructions that do work (everything but :data:`BOOKKEEPING_OPS`)."""
-        return sum(n for op, n in self.entry_ops.items() if op not in BOOKKEEPING_OPS)
+        """Entry instructions that do work: roughly the kernels launched, in the optimized stage."""
+        return sum(n for op, n in self.computations.get(self.entry, Counter()).items() if op not in BOOKKEEPING_OPS)
 
-    def to_text(self) -> str:
-        """A short human-readable summary."""
-        real = {op: n for op, n in sorted(self.entry_ops.items()) if op not in BOOKKEEPING_OPS}
-        lines = [f"module {self.module}: {len(self.computations)} computation(s), "
-                 f"{sum(self.op_counts.values())} instruction(s)",
-                 f"entry {self.entry}: {self.kernels} kernel(s) {real}",
-                 f"fusions: {self.fusions} {dict(sorted(self.fusion_kinds.items()))}"]
-        return "\n".join(lines)
-
-    def __str__(self) -> str:
-        return self.to_text()
-
-    def _repr_pretty_(self, p, cycle):
-        p.text(self.to_text())
+    @property
+    def fusions(self) -> int:
+        return self.total["fusion"]
 
 
-def parse_hlo(text: str) -> HloSummary:
-    """Parse HLO text (from :func:`compiler_ir`) into an :class:`HloSummary`.
+# --------------------------------------------------------------------------- the fusion explorer
 
-    Every instruction line ``[ROOT] %name = <shape> <opcode>(operands), attrs``
-    is counted under the computation it appears in. Shapes may be tuples with
-    spaces, e.g. ``(f32[2]{0}, s32[]) tuple(...)``.
+
+def _gelu_erf(x):
+    tf = _tf()
+    return 0.5 * x * (1.0 + tf.math.erf(x * 0.7071067811865476))
+
+
+def _swish(x):
+    return x * _tf().sigmoid(x)
+
+
+def _scale(x):
+    return x * 2.0
+
+
+def _softmax_rows(x):
+    tf = _tf()
+    return tf.reshape(tf.nn.softmax(tf.reshape(x, (-1, 256)), axis=-1), (-1,))
+
+
+def _layer_norm_rows(x):
+    tf = _tf()
+    rows = tf.reshape(x, (-1, 256))
+    mean, var = tf.nn.moments(rows, axes=[-1], keepdims=True)
+    return tf.reshape((rows - mean) * tf.math.rsqrt(var + 1e-5), (-1,))
+
+
+#: The elementwise chains the fusion explorer offers: name -> function of a 1-D float32 tensor
+#: (the row-wise ones view it as rows of 256).
+CHAINS: dict[str, Callable] = {
+    "x * 2 (one op)": _scale,
+    "swish x*sigmoid(x)": _swish,
+    "gelu (tanh approximation)": gelu_chain,
+    "gelu (erf)": _gelu_erf,
+    "softmax over rows of 256": _softmax_rows,
+    "layer norm over rows of 256": _layer_norm_rows,
+}
+
+
+def fusion_view(chain: str = "gelu (tanh approximation)", log2_size: int = 20, repeats: int = 5):
+    """The fusion explorer's update: HLO instructions before/after XLA, fusions, and measured times.
+
+    Compiles ``CHAINS[chain]`` for ``2**log2_size`` floats, counts the
+    instructions that compute in the HLO TensorFlow hands to XLA and the
+    kernels left in the optimized HLO's entry computation, and times
+    ``tf.function`` against ``jit_compile=True`` side by side
+    (:func:`gpucourse.timing.compare`, ``repeats`` interleaved runs).
+    Returns an :class:`gpucourse.explore.View` (text and a two-panel figure).
     """
-    if not isinstance(text, str):
-        raise TypeError(f"text must be HLO text (a str), got {type(text).__name__}")
-    module_m = re.search(r"^\s*HloModule\s+([\w.\-]+)", text, re.M)
-    if not module_m:
-        raise ValueError("text does not look like HLO: no 'HloModule <name>' line. "
-                         "Get it with compiler_ir(fn, x) or fn.experimental_get_compiler_ir(x)(stage='hlo')")
-    summary = HloSummary(module=module_m.group(1), entry="")
-    current = None
-    for line in text.splitlines():
-        head = _HEADER.match(line)
-        if head:
-            current = head.group(2)
-            summary.computations[current] = Counter()
-            if head.group(1):
-                summary.entry = current
-            continue
-        if line.strip() == "}":
-            current = None
-            continue
-        if current is None:
-            continue
-        op = _opcode(line)
-        if op:
-            summary.computations[current][op] += 1
-            if op == "fusion":
-                kind = _KIND.search(line)
-                summary.fusion_kinds[kind.group(1) if kind else "unknown"] += 1
-    if not summary.entry:
-        raise ValueError("HLO text has no ENTRY computation; pass the whole module text, not an excerpt")
-    return summary
+    from . import timing
+    from .explore import View
+
+    _validate.one_of("chain", chain, CHAINS)
+    n = 1 << _validate.whole("log2_size", log2_size, 10, 26, what="the input has 2**log2_size floats")
+    repeats = _validate.whole("repeats", repeats, 1, what="timed runs per variant")
+    tf = _tf()
+    fn = CHAINS[chain]
+    x = tf.random.normal((n,), seed=6)
+    before, after = _HloCounts.of(fn, x, "hlo"), _HloCounts.of(fn, x, "optimized_hlo")
+    runs = variants(fn)
+    cmp = timing.compare({"tf.function": lambda: runs["tf.function"](x), "jit_compile": lambda: runs["jit_compile"](x)},
+                         warmup=1, repeats=repeats)
+    speedup = cmp.speedup("jit_compile")
+    text = (f"{chain}, 2^{log2_size} floats: {before.work} computing instruction(s) before XLA's passes -> "
+            f"{after.kernels} kernel(s) after, {after.fusions} of them fusion(s) "
+            f"{dict(sorted(after.fusion_kinds.items()))}; jit_compile {speedup:.2f}x vs tf.function "
+            f"({timing.format_seconds(cmp['jit_compile'].median_s)} vs "
+            f"{timing.format_seconds(cmp['tf.function'].median_s)})")
+    return View(text, _fusion_figure(chain, before, after, cmp))
+
+
+def _fusion_figure(chain, before: "_HloCounts", after: "_HloCounts", cmp):
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3), gridspec_kw={"width_ratios": [3, 2]})
+    ops = sorted(op for op in before.total if op not in BOOKKEEPING_OPS)
+    entry_after = after.computations.get(after.entry, Counter())
+    labels = ops + sorted(op for op in entry_after if op not in BOOKKEEPING_OPS and op not in ops)
+    pos = range(len(labels))
+    left.barh([p + 0.2 for p in pos], [before.total[op] for op in labels], height=0.4, label="before (hlo)")
+    left.barh([p - 0.2 for p in pos], [entry_after[op] for op in labels], height=0.4,
+              label="after: kernels in ENTRY")
+    left.set_yticks(list(pos), labels)
+    left.invert_yaxis()
+    left.set(xlabel="instructions", title=f"{chain}: what XLA made of it")
+    left.legend(loc="lower right", fontsize=8)
+    names = [t.name for t in cmp.timings]
+    right.bar(names, [t.median_s * 1e3 for t in cmp.timings], color=["tab:grey", "tab:green"])
+    right.set(ylabel="median ms per call", title=f"jit_compile: {cmp.speedup('jit_compile'):.2f}x")
+    fig.tight_layout()
+    return fig
+
+
+def fusion_explorer(show: bool = True):
+    """The explorer of notebook 06: choose a chain and a size, press Run (each update compiles and times)."""
+    from .explore import Explorer, dropdown, slider
+
+    ex = Explorer("06-fusion", fusion_view,
+                  [dropdown("chain", list(CHAINS), "gelu (tanh approximation)"),
+                   slider("log2_size", 12, 24, 20, label="log2(floats)")],
+                  title="XLA fusion explorer", manual=True)
+    if show:
+        ex.show()
+    return ex
 
 
 # --------------------------------------------------------------------------- retracing and shapes
@@ -267,44 +340,27 @@ def count_traces(fn, inputs: Sequence) -> list[int]:
     return counts
 
 
-def _check_buckets(buckets) -> list[int]:
+def padding_cost(lengths: Sequence[int], buckets: Sequence[int]) -> dict:
+    """What padding ``lengths`` up to ``buckets`` costs and saves, over a whole workload.
+
+    Each length is padded to the smallest bucket that holds it. Returns
+    ``{"compilations": distinct buckets used, "without_buckets": distinct
+    lengths, "padded_fraction": padding / padded total, "worst_fraction": the
+    largest padding share of a single input}``. Fewer buckets mean fewer
+    compilations and more wasted work; this puts numbers on the trade-off.
+    Raises ValueError if a length does not fit the largest bucket.
+    """
+    if isinstance(lengths, (str, bytes)) or not isinstance(lengths, Sequence) or not lengths:
+        raise ValueError(f"lengths must be a non-empty list of input lengths, got {lengths!r}")
     if isinstance(buckets, (str, bytes)) or not isinstance(buckets, Sequence) or not buckets:
-        raise ValueError(f"buckets must be a non-empty list of positive lengths, got {buckets!r}")
-    if any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in buckets):
-        raise ValueError(f"buckets must be positive whole numbers, got {list(buckets)}")
-    return sorted(set(buckets))
-
-
-def bucket_length(n: int, buckets: Sequence[int]) -> int:
-    """The smallest bucket that holds ``n`` items (buckets in any order).
-
-    Raises ValueError when ``n`` exceeds the largest bucket: silently
-    truncating data is worse than failing.
-    """
-    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-        raise ValueError(f"n must be a whole number >= 0, got {n!r}")
-    sizes = _check_buckets(buckets)
-    for b in sizes:
-        if b >= n:
-            return b
-    raise ValueError(f"length {n} does not fit the largest bucket {sizes[-1]}; add a bigger bucket")
-
-
-def pad_to_bucket(x, buckets: Sequence[int]):
-    """Zero-pad the first axis of ``x`` to :func:`bucket_length`; return ``(padded, n)``.
-
-    With XLA every distinct shape is a separate compilation. Padding to a few
-    bucket lengths bounds the number of compilations by ``len(buckets)``;
-    slice the result back with ``[:n]``.
-    """
-    tf = _tf()
-    x = tf.convert_to_tensor(x)
-    if x.shape.rank is None or x.shape.rank < 1:
-        raise ValueError(f"x must have at least one axis to pad, got shape {x.shape}")
-    n = int(x.shape[0])
-    target = bucket_length(n, buckets)
-    pads = [[0, target - n]] + [[0, 0]] * (x.shape.rank - 1)
-    return tf.pad(x, pads), n
+        raise ValueError(f"buckets must be a non-empty list of bucket lengths, got {buckets!r}")
+    ns = [_validate.whole("length", n, 1) for n in lengths]
+    sizes = sorted({_validate.whole("bucket", b, 1) for b in buckets})
+    if max(ns) > sizes[-1]:
+        raise ValueError(f"length {max(ns)} does not fit the largest bucket {sizes[-1]}; add a bigger bucket")
+    used = [next(b for b in sizes if b >= n) for n in ns]
+    return {"compilations": len(set(used)), "without_buckets": len(set(ns)),
+            "padded_fraction": 1 - sum(ns) / sum(used), "worst_fraction": max(1 - n / b for n, b in zip(ns, used))}
 
 
 def break_even_calls(compile_s: float, saved_per_call_s: float) -> float:
@@ -314,11 +370,8 @@ def break_even_calls(compile_s: float, saved_per_call_s: float) -> float:
     ``saved_per_call_s`` the steady-state time it saves per call. Returns
     ``inf`` when it saves nothing (XLA never pays off).
     """
-    for name, v in (("compile_s", compile_s), ("saved_per_call_s", saved_per_call_s)):
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise TypeError(f"{name} must be a number of seconds, got {type(v).__name__}")
-    if compile_s < 0:
-        raise ValueError(f"compile_s must be >= 0, got {compile_s}")
+    compile_s = _validate.seconds("compile_s", compile_s)
+    saved_per_call_s = _validate.real("saved_per_call_s", saved_per_call_s, what="seconds saved per call")
     if saved_per_call_s <= 0:
         return float("inf")
     return compile_s / saved_per_call_s
@@ -329,7 +382,7 @@ def break_even_calls(compile_s: float, saved_per_call_s: float) -> float:
 
 @dataclass(frozen=True)
 class ProbeJob:
-    """A program to run in a fresh Python process with ``TF_XLA_FLAGS`` set."""
+    """A program to run in a fresh Python process with ``TF_XLA_FLAGS`` set; it may ``emit(obj)`` an answer."""
 
     label: str
     code: str
@@ -339,13 +392,12 @@ class ProbeJob:
 
 @dataclass
 class CompileProbe:
-    """What one :class:`ProbeJob` did: the XLA modules it compiled, and what it printed."""
+    """What one :class:`ProbeJob` did: the XLA modules it compiled, and what it emitted."""
 
     label: str
     tf_xla_flags: str
     modules: list[str]
-    stdout: str
-    returncode: int
+    answer: object = None
 
     @property
     def compilations(self) -> int:
@@ -362,13 +414,15 @@ def _module_names(folder: str) -> list[str]:
     return sorted({".".join(os.path.basename(p).split(".")[:2]) for p in glob.glob(os.path.join(folder, "module_*"))})
 
 
-def run_probes(jobs: Sequence[ProbeJob], timeout: float = 120) -> list[CompileProbe]:
+def run_probes(jobs: Sequence[ProbeJob], timeout: float = 300) -> list[CompileProbe]:
     """Run each job in its own fresh Python process, all at once, and count XLA compilations.
 
-    Each process gets ``TF_XLA_FLAGS`` from its job and
+    Each process runs through :func:`gpucourse._probe.run_many` (the course's
+    environment minus what the setup cell set, a timeout, ``emit(obj)`` for an
+    answer), with ``TF_XLA_FLAGS`` from its job and
     ``XLA_FLAGS=--xla_dump_to=<temporary folder>``; every module XLA compiles
     leaves files there, which are counted and then deleted. A job that fails
-    raises RuntimeError with its stderr.
+    raises RuntimeError with the end of its stderr.
     """
     if isinstance(jobs, ProbeJob):
         jobs = [jobs]
@@ -376,35 +430,28 @@ def run_probes(jobs: Sequence[ProbeJob], timeout: float = 120) -> list[CompilePr
     if not jobs or not all(isinstance(j, ProbeJob) for j in jobs):
         raise TypeError("jobs must be a non-empty list of ProbeJob(label, code, tf_xla_flags)")
     for j in jobs:
-        if not isinstance(j.code, str) or not j.code.strip():
-            raise ValueError(f"probe {j.label!r} has no code to run")
-        if not all(isinstance(k, str) and isinstance(v, str) for k, v in dict(j.env).items()):
-            raise TypeError(f"probe {j.label!r}: env values must be strings")
-    if not (isinstance(timeout, (int, float)) and timeout > 0):
-        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        _validate.text(f"the code of probe {j.label!r}", j.code, what="no code to run")
+        _validate.env_vars(f"the env of probe {j.label!r}", dict(j.env))
+    _validate.seconds("timeout", timeout, allow_zero=False)
     with tempfile.TemporaryDirectory(prefix="gpucourse-xla-") as root:
-        running = []
+        probes, dumps = [], []
         for i, job in enumerate(jobs):
             dump = os.path.join(root, f"job{i}")
             os.mkdir(dump)
+            dumps.append(dump)
             # Parallel processes on one GPU: memory growth, or the first would reserve nearly all of it.
-            env = {"TF_FORCE_GPU_ALLOW_GROWTH": "true", **os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **job.env,
-                   "TF_XLA_FLAGS": job.tf_xla_flags,
+            env = {"TF_FORCE_GPU_ALLOW_GROWTH": "true", **job.env, "TF_XLA_FLAGS": job.tf_xla_flags,
                    "XLA_FLAGS": f"--xla_dump_to={dump}"}
-            proc = subprocess.Popen([sys.executable, "-c", job.code], stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, text=True, env=env)
-            running.append((job, dump, proc))
+            probes.append(_probe.Probe(job.code, env=env,
+                                       label=f"probe {job.label!r}"))
+        answers = _probe.run_many(probes, timeout=timeout)
         out = []
-        for job, dump, proc in running:
-            try:
-                stdout, stderr = proc.communicate(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.communicate()
-                raise RuntimeError(f"probe {job.label!r} took longer than {timeout} s") from None
-            if proc.returncode != 0:
-                raise RuntimeError(f"probe {job.label!r} exited with {proc.returncode}:\n{stderr[-2000:]}")
-            out.append(CompileProbe(job.label, job.tf_xla_flags, _module_names(dump), stdout, proc.returncode))
+        for job, dump, answer in zip(jobs, dumps, answers):
+            if isinstance(answer, _probe.ProbeError) and "printed no answer" in str(answer) and "exit code 0" in str(answer):
+                answer = None  # the job ran to the end and chose not to emit anything
+            elif isinstance(answer, Exception):
+                raise RuntimeError(str(answer)) from None
+            out.append(CompileProbe(job.label, job.tf_xla_flags, _module_names(dump), answer))
     return out
 
 
@@ -416,7 +463,7 @@ def chain(x):
     return 0.5 * x * (1.0 + tf.tanh(0.7978845608 * (x + 0.044715 * x * x * x)))
 x = tf.random.normal((1000,))
 chain(x); chain(x)
-print(tf.config.optimizer.get_jit())
+emit(tf.config.optimizer.get_jit())
 """
 
 
