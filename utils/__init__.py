@@ -13,7 +13,9 @@ One module per topic, plus shared plumbing:
 ``memory``             03 memory growth, limits, peak-memory measurement
 ``distribute``         04 MirroredStrategy and multi-worker helpers
 ``precision``          05 mixed precision and loss scaling
-``xla``                06 XLA compilation and HLO inspection
+``xla``                06 XLA compilation and HLO inspection, the fusion explorer
+``determinism``        06 reproducible training: fresh-process runs compared bit for bit
+``latency``            06 inference latency p50/p99 against batch size
 ``pipeline``           07 tf.data simulated workloads and timelines
 ``profiling``          08 trace capture/reading and utilisation monitor
 ``explore``            interactive explorers (widgets, with a static fallback)
@@ -40,10 +42,12 @@ __version__ = "0.1.0"
 
 _SUBMODULES = (
     "colab",
+    "determinism",
     "devices",
     "explore",
     "distribute",
     "grading",
+    "latency",
     "logcapture",
     "memory",
     "pipeline",
