@@ -179,8 +179,8 @@ def dtype_report(model) -> DTypeReport:
     low = {"float16", "bfloat16"}
     if any(r.compute_dtype in low for r in rows) and any(d in low for d in model_outs):
         warnings.append(f"the model returns {', '.join(sorted(set(model_outs) & low))}: give the last layer "
-                        "dtype='float32' (e.g. keras.layers.Activation('softmax', dtype='float32')) so the "
-                        "softmax and the loss are computed in float32")
+                        "dtype='float32' (e.g. keras.layers.Activation('softmax', dtype='float32')). The loss "
+                        "converts y_pred to float32 anyway, but cannot restore what a 16-bit softmax rounded away")
     stored_low = sorted({w for r in rows for w in r.weights} & low)
     if stored_low:
         warnings.append(f"weights are stored in {', '.join(stored_low)}: use a 'mixed_*' policy to keep "
