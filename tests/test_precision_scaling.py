@@ -161,3 +161,11 @@ def test_share_overflow_verdict_poisons_every_gradient_when_one_is_not_finite():
     bad = ps.share_overflow_verdict([tf.ones(3), tf.constant([np.inf, 1.0]),
                                      tf.IndexedSlices(tf.ones((1, 2)), tf.constant([0]), tf.constant([4, 2]))])
     assert all(math.isinf(v) for v in bad[0].numpy()) and np.all(np.isinf(bad[2].values.numpy()))
+
+
+def test_replica_overflow_probe_bad_input():
+    """The probe itself runs in notebook 05's checked cell; here only its argument checks (no process started)."""
+    with pytest.raises(ValueError, match="timeout"):
+        ps.replica_overflow_probe(timeout=0)
+    with pytest.raises(TypeError, match="background"):
+        ps.replica_overflow_probe(background="yes")

@@ -352,24 +352,29 @@ import keras
 from gpucourse.precision_scaling import share_overflow_verdict
 
 strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+with strategy.scope():
+    w = keras.Variable(np.ones((3,), np.float32))
+    opt = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1), initial_scale=1024.0)
+    opt.build([w])
+
+
+@tf.function
+def step(bad, share):  # bad: the replica whose gradient is inf (-1: none); share: use share_overflow_verdict
+    def replica_fn():
+        rid = tf.distribute.get_replica_context().replica_id_in_sync_group
+        g = tf.where(tf.equal(rid, bad), tf.fill([3], np.inf), tf.ones([3])) * opt.dynamic_scale  # scaled
+        g = tf.where(share, share_overflow_verdict([g])[0], g)
+        opt.apply_gradients(zip([g], [w]))
+    strategy.run(replica_fn)
+
+
 rows = []
 for bad, share in ((None, False), (0, False), (1, False), (1, True)):
-    with strategy.scope():
-        w = keras.Variable(np.ones((3,), np.float32))
-        opt = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1), initial_scale=1024.0)
-        opt.build([w])
-
-    @tf.function
-    def step():
-        def replica_fn():
-            rid = tf.distribute.get_replica_context().replica_id_in_sync_group
-            overflow = tf.constant(False) if bad is None else tf.equal(rid, bad)
-            g = tf.where(overflow, tf.fill([3], np.inf), tf.ones([3])) * opt.dynamic_scale  # a scaled gradient
-            grads = share_overflow_verdict([g]) if share else [g]
-            opt.apply_gradients(zip(grads, [w]))
-        strategy.run(replica_fn)
-
-    step()
+    w.assign(np.ones((3,), np.float32))
+    opt.dynamic_scale.assign(1024.0)
+    opt.step_counter.assign(0)
+    opt.iterations.assign(0)
+    step(tf.constant(-1 if bad is None else bad, tf.int32), tf.constant(share))
     v = w.numpy()
     rows.append({"overflow on": "no replica" if bad is None else f"replica {bad}", "verdict shared": share,
                  "weights finite": bool(np.all(np.isfinite(v))), "weights changed": bool(np.any(v != 1.0)),
@@ -378,14 +383,31 @@ emit(rows)
 """
 
 
-def replica_overflow_probe(timeout: float = 180) -> list[dict]:
+def _run_replica_probe(timeout):
+    return _probe.run(_REPLICA_PROBE, env={"CUDA_VISIBLE_DEVICES": "-1"}, timeout=timeout,
+                      label="replica overflow probe")
+
+
+def replica_overflow_probe(timeout: float = 180, background: bool = False):
     """In a fresh process, one loss-scaled step on 2 replicas (logical CPUs) with an overflow on one.
 
     Four runs, from an initial scale of 1024: no overflow; replica 0
     overflows; replica 1 overflows; replica 1 overflows with
     :func:`share_overflow_verdict`. Each row says whether the weights stayed
     finite and changed, the scale afterwards and the optimizer's iterations.
-    The probe hides GPUs, so the answer is the same on every machine.
+    The probe hides GPUs, so the answer is the same on every machine. It
+    takes a few seconds (a fresh TensorFlow): with ``background=True`` it
+    returns at once a ``concurrent.futures.Future`` whose ``result()`` is
+    the list of rows, so a notebook can go on meanwhile.
     """
-    return _probe.run(_REPLICA_PROBE, env={"CUDA_VISIBLE_DEVICES": "-1"}, timeout=timeout,
-                      label="replica overflow probe")
+    timeout = _validate.seconds("timeout", timeout, allow_zero=False)
+    if not isinstance(background, bool):
+        raise TypeError(f"background must be True or False, got {background!r}")
+    if not background:
+        return _run_replica_probe(timeout)
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="replica-overflow-probe")
+    future = pool.submit(_run_replica_probe, timeout)
+    pool.shutdown(wait=False)
+    return future
