@@ -1,7 +1,4 @@
-"""gpucourse.precision: number formats, policies, dtype reports, memory estimates and loss scaling."""
-
-import math
-import random
+"""gpucourse.precision: dtype policies, dtype reports, memory estimates, the speed comparison, the re-exports."""
 
 import numpy as np
 import pytest
@@ -33,80 +30,30 @@ def _mlp(keras, in_dim=8, width=16, classes=3, float32_output=True):
 def test_import_starts_nothing(fresh_python):
     out = fresh_python("import sys\nfrom gpucourse import precision\n"
                        "print('tensorflow' in sys.modules, 'keras' in sys.modules)\n"
-                       "print(precision.float_format('float16').max)\n"
+                       "print(precision.float_format('float16').max, precision.tensor_core_support('7.5')['float16'])\n"
+                       "precision.scale_trajectory(1e-3, steps=5)\n"
                        "print('tensorflow' in sys.modules)")
-    assert out.split() == ["False", "False", "65504.0", "False"]
+    assert out.split() == ["False", "False", "65504.0", "True", "False"]
 
 
-# --------------------------------------------------------------------------- formats
+def test_one_import_for_the_topic():
+    """Every public name of the three topic modules is reachable as precision.<name>, and is the same object."""
+    from gpucourse import precision_formats, precision_hardware, precision_scaling
+
+    for module in (precision_formats, precision_hardware, precision_scaling):
+        for name in module.__all__:
+            assert getattr(precision, name) is getattr(module, name), name
+    assert len(set(precision.__all__)) == len(precision.__all__), "a name is exported twice"
 
 
-def test_float_formats():
-    f16, bf16, f32 = (precision.float_format(d) for d in ("float16", "bfloat16", "float32"))
-    assert (f16.bits, f16.exponent_bits, f16.mantissa_bits) == (16, 5, 10)
-    assert f16.max == 65504.0 and f16.smallest_subnormal == 2.0 ** -24 and f16.smallest_normal == 2.0 ** -14
-    assert (bf16.bits, bf16.exponent_bits, bf16.mantissa_bits) == (16, 8, 7)
-    assert bf16.smallest_normal == f32.smallest_normal and bf16.eps == 2.0 ** -7
-    assert 3 < f16.decimal_digits < 3.5 and "float16" in str(f16)
-    table = precision.format_table()
-    assert table.splitlines()[0].startswith("format") and len(table.splitlines()) == 4
+@pytest.mark.parametrize("module", ["precision", "precision_formats", "precision_hardware", "precision_scaling"])
+def test_modules_stay_small_and_name_their_job(module, root):
+    path = root / "utils" / f"{module}.py"
+    assert len(path.read_text().splitlines()) <= 600
+    import importlib
 
-
-@pytest.mark.parametrize("bad, exc", [("float8", ValueError), ("int32", ValueError), (16, TypeError)])
-def test_float_format_bad_input(bad, exc):
-    with pytest.raises(exc, match="float16|dtype"):
-        precision.float_format(bad)
-
-
-@pytest.mark.parametrize("value, dtype, outcome, result", [
-    (70000, "float16", "overflow", math.inf),
-    (-70000, "float16", "overflow", -math.inf),
-    (65519, "float16", "rounded", 65504.0),
-    (65520, "float16", "overflow", math.inf),
-    (65504, "float16", "exact", 65504.0),
-    (1e-8, "float16", "underflow", 0.0),
-    (3e-5, "float16", "subnormal", None),
-    (1e-8, "bfloat16", "rounded", None),
-    (1.001, "bfloat16", "rounded", 1.0),
-    (0.5, "bfloat16", "exact", 0.5),
-    (0.0, "float16", "exact", 0.0),
-])
-def test_classify_cast(value, dtype, outcome, result):
-    r = precision.classify_cast(value, dtype)
-    assert r.outcome == outcome
-    if result is not None:
-        assert r.result == result
-    if outcome == "underflow":
-        assert r.relative_error == 1.0
-
-
-@pytest.mark.parametrize("bad, exc", [(float("nan"), ValueError), (float("inf"), ValueError),
-                                      ("1.0", TypeError), (True, TypeError)])
-def test_classify_cast_bad_input(bad, exc):
-    with pytest.raises(exc):
-        precision.classify_cast(bad, "float16")
-
-
-def test_cast_table():
-    text = precision.cast_table([70000, 1e-8], ["float16", "bfloat16"])
-    assert "inf (overflow)" in text and "0 (underflow)" in text and "70144 (rounded)" in text
-    with pytest.raises(ValueError, match="empty"):
-        precision.cast_table([])
-    with pytest.raises(ValueError, match="dtypes"):
-        precision.cast_table([1.0], "float16")
-
-
-def test_flush_fractions():
-    g = np.array([1e-9, 1e-9, 1e-3, 0.0, 10.0])
-    assert precision.flush_fractions(g, 1.0) == {"underflow": 0.5, "overflow": 0.0}
-    assert precision.flush_fractions(g, 2.0 ** 15) == {"underflow": 0.0, "overflow": 0.2}
-    assert precision.flush_fractions(g, 1.0, "bfloat16")["underflow"] == 0.0
-    with pytest.raises(ValueError, match="scale"):
-        precision.flush_fractions(g, 0)
-    with pytest.raises(ValueError, match="finite"):
-        precision.flush_fractions([1.0, np.inf])
-    with pytest.raises(ValueError, match="empty"):
-        precision.flush_fractions([])
+    doc = importlib.import_module(f"gpucourse.{module}").__doc__
+    assert doc and ("job" in doc.split("\n\n")[0] + doc.split("\n\n")[1])
 
 
 # --------------------------------------------------------------------------- policies
@@ -184,7 +131,9 @@ def test_memory_by_policy_bad_input(keras_f32):
         precision.memory_by_policy(None, 4)
     with pytest.raises(ValueError, match="batch_size"):
         precision.memory_by_policy(lambda: _mlp(keras), 0)
-    with pytest.raises(ValueError, match="policies"):
+    with pytest.raises(TypeError, match="batch_size"):
+        precision.memory_by_policy(lambda: _mlp(keras), 4.0)
+    with pytest.raises(TypeError, match="policies"):
         precision.memory_by_policy(lambda: _mlp(keras), 4, policies="float32")
 
     class Sub(keras.Model):
@@ -214,62 +163,11 @@ def test_measure_peak_bytes():
         precision.measure_peak_bytes(42)
     with pytest.raises(ValueError, match="CPU:0"):
         precision.measure_peak_bytes(lambda: None, "cpu")
+    with pytest.raises(TypeError, match="device"):
+        precision.measure_peak_bytes(lambda: None, 0)
 
 
-# --------------------------------------------------------------------------- loss scaling
-
-
-def test_simulated_rule():
-    steps = precision.simulate_loss_scale([True, True, True, False, True], initial_scale=8.0, growth_steps=3)
-    assert [s.scale_after for s in steps] == [8.0, 8.0, 16.0, 8.0, 8.0]
-    assert [s.applied for s in steps] == [True, True, True, False, True]
-    assert [s.good_steps for s in steps] == [1, 2, 0, 0, 1]
-
-
-def test_simulation_matches_real_optimizer():
-    rnd = random.Random(5)
-    for growth in (1, 2, 4):
-        flags = [rnd.random() < 0.75 for _ in range(20)]
-        sim = precision.simulate_loss_scale(flags, 2.0 ** 10, growth)
-        real = precision.loss_scale_trace(flags, 2.0 ** 10, growth)
-        assert sim == real, (growth, flags)
-
-
-@pytest.mark.parametrize("kwargs, exc, match", [
-    ({"finite": "TTF"}, TypeError, "list of booleans"),
-    ({"finite": [1, 0]}, TypeError, "True/False"),
-    ({"finite": [True], "initial_scale": 0}, ValueError, "initial_scale"),
-    ({"finite": [True], "initial_scale": float("inf")}, ValueError, "initial_scale"),
-    ({"finite": [True], "growth_steps": 0}, ValueError, "growth_steps"),
-    ({"finite": [True], "growth_steps": 2.0}, ValueError, "growth_steps"),
-])
-def test_loss_scale_bad_input(kwargs, exc, match):
-    for fn in (precision.simulate_loss_scale, precision.loss_scale_trace):
-        with pytest.raises(exc, match=match):
-            fn(**kwargs)
-
-
-# --------------------------------------------------------------------------- hardware and speed
-
-
-@pytest.mark.parametrize("cc, fp16, bf16", [("6.1", False, False), ("7.0", True, False), ((7, 5), True, False),
-                                            ("8.0", True, True), ((9, 0), True, True)])
-def test_tensor_core_support(cc, fp16, bf16):
-    assert precision.tensor_core_support(cc) == {"float16": fp16, "bfloat16": bf16}
-
-
-def test_recommend_policy():
-    assert precision.recommend_policy(None).policy == "float32"
-    assert precision.recommend_policy("6.1").policy == "float32"
-    assert precision.recommend_policy("7.5").policy == "mixed_float16"
-    advice = precision.recommend_policy((8, 6))
-    assert advice.policy == "mixed_bfloat16" and "8.6" in str(advice)
-
-
-@pytest.mark.parametrize("bad, exc", [("eight", ValueError), ("8", ValueError), (8.6, TypeError), ((8,), TypeError)])
-def test_compute_capability_bad_input(bad, exc):
-    with pytest.raises(exc, match="compute capability"):
-        precision.tensor_core_support(bad)
+# --------------------------------------------------------------------------- speed
 
 
 def test_compare_policies_runs_and_restores(keras_f32):
@@ -284,24 +182,25 @@ def test_compare_policies_runs_and_restores(keras_f32):
     assert keras.mixed_precision.global_policy().name == "float32"
     with pytest.raises(ValueError, match="policy"):
         precision.compare_policies(lambda: _mlp(keras), x, y, policies=["float32", "fp8"])
+    with pytest.raises(ValueError, match="jit_compile"):
+        precision.compare_policies(lambda: _mlp(keras), x, y, jit_compile="yes")
 
 
-def test_gpu_compute_capability_without_gpu():
-    import tensorflow as tf
+def test_compare_policies_pins_jit_compile(keras_f32, monkeypatch):
+    """Keras's 'auto' means XLA on a GPU only; the comparison pins jit_compile=False unless told otherwise."""
+    keras = keras_f32
+    seen = []
+    real_compile = keras.Model.compile
 
-    if tf.config.list_physical_devices("GPU"):
-        pytest.skip("this machine has a GPU")
-    assert precision.gpu_compute_capability() is None
-    with pytest.raises(ValueError, match="index"):
-        precision.gpu_compute_capability(-1)
+    def spy(self, *args, **kwargs):
+        seen.append(kwargs.get("jit_compile"))
+        return real_compile(self, *args, **kwargs)
+
+    monkeypatch.setattr(keras.Model, "compile", spy)
+    x, y = np.zeros((4, 8), np.float32), np.zeros(4, np.int32)
+    precision.compare_policies(lambda: _mlp(keras), x, y, policies=["float32"], warmup=1, repeats=1)
+    precision.compare_policies(lambda: _mlp(keras), x, y, policies=["float32"], warmup=1, repeats=1,
+                               jit_compile="auto")
+    assert seen == [False, "auto"]
 
 
-@pytest.mark.gpu
-def test_gpu_compute_capability_on_gpu():
-    import tensorflow as tf
-
-    if not tf.config.list_physical_devices("GPU"):
-        pytest.skip("no GPU on this machine")
-    cc = precision.gpu_compute_capability()
-    assert isinstance(cc, tuple) and len(cc) == 2 and cc >= (3, 0)
-    assert precision.recommend_policy(cc).policy in ("float32", "mixed_float16", "mixed_bfloat16")

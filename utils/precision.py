@@ -1,32 +1,26 @@
-"""Topic 05: mixed precision and loss scaling with Keras 3.
+"""Topic 05's helpers: what a Keras dtype policy does to a model, and the topic's one import.
 
-Five jobs:
+This module's own job is **dtype policies**: :func:`policy_scope` sets the
+process-wide Keras policy and always restores the previous one;
+:func:`dtype_report` lists every layer's compute, variable and output dtypes
+and warns about the classic mistakes (a float16 softmax output, float16
+weights); :func:`memory_by_policy` and :func:`measure_peak_bytes` estimate and
+measure the memory a policy saves; :func:`compare_policies` times one training
+step per policy side by side.
 
-* **Number formats.** :func:`float_format` and :func:`format_table` describe
-  float32, float16 and bfloat16 (range, smallest values, precision);
-  :func:`cast_table` shows what casting concrete numbers does to them
-  (exact, rounded, subnormal, underflow to 0, overflow to inf), and
-  :func:`flush_fractions` measures how much of a gradient distribution a
-  loss scale saves from underflow or pushes into overflow.
-* **Policies.** :func:`policy_scope` sets the process-wide Keras dtype policy
-  and always restores the previous one; :func:`dtype_report` lists, for every
-  layer, the compute, variable and output dtypes, and warns about the classic
-  mistakes (a float16 softmax output, for one).
-* **Memory.** :func:`memory_by_policy` builds the same model under several
-  policies and estimates the bytes of parameters and activations;
-  :func:`measure_peak_bytes` measures a peak with TensorFlow's allocator stats.
-* **Loss scaling.** :func:`simulate_loss_scale` is a pure-Python model of
-  Keras 3's dynamic loss scaling, and :func:`loss_scale_trace` drives a real
-  ``keras.optimizers.LossScaleOptimizer`` with finite and non-finite gradients,
-  so the two can be compared step by step.
-* **Speed and hardware.** :func:`compare_policies` times one training step
-  per policy side by side (via :mod:`gpucourse.timing`);
-  :func:`tensor_core_support` and :func:`recommend_policy` turn a GPU's compute
-  capability into advice.
+The rest of topic 05 lives in three modules, one job each, whose names are
+re-exported here so that notebooks write ``precision.<name>`` for all of them:
 
-Importing this module never imports TensorFlow or Keras: they are imported
-inside the functions that need them. Remember that the global dtype policy is
-process-wide state: every helper here that changes it restores it.
+* :mod:`gpucourse.precision_formats`: number formats and rounding (float16,
+  bfloat16, float8, TF32 emulated in NumPy);
+* :mod:`gpucourse.precision_scaling`: loss scaling (the dynamic rule, a real
+  optimizer's trace, the explorers, replicas under a strategy);
+* :mod:`gpucourse.precision_hardware`: Tensor Core support per compute
+  capability, data-sheet peaks, TF32's switch and policy advice.
+
+Importing this module never imports TensorFlow or Keras. Remember that the
+global dtype policy is process-wide state: every helper here that changes it
+restores it.
 """
 
 from __future__ import annotations
@@ -35,228 +29,47 @@ import contextlib
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Callable, Sequence
 
-__all__ = [
+from . import _tf, _validate
+from . import precision_formats as _formats
+from . import precision_hardware as _hardware
+from . import precision_scaling as _scaling
+from .precision_formats import *  # noqa: F401,F403  (re-exported: see the module docstring)
+from .precision_hardware import *  # noqa: F401,F403
+from .precision_scaling import *  # noqa: F401,F403
+
+_OWN = [
     "POLICIES",
-    "CastResult",
     "DTypeReport",
-    "FloatFormat",
     "LayerDTypes",
-    "LossScaleStep",
     "MemoryRow",
     "MemoryTable",
-    "PolicyAdvice",
-    "cast_table",
-    "classify_cast",
     "compare_policies",
     "dtype_report",
-    "flush_fractions",
-    "float_format",
-    "format_table",
-    "gpu_compute_capability",
-    "loss_scale_trace",
     "measure_peak_bytes",
     "memory_by_policy",
     "policy_scope",
-    "recommend_policy",
-    "simulate_loss_scale",
-    "tensor_core_support",
 ]
+__all__ = _OWN + list(_formats.__all__) + list(_hardware.__all__) + list(_scaling.__all__)
 
 #: The dtype policies Keras 3 accepts by name that this course uses.
 POLICIES = ("float32", "mixed_float16", "mixed_bfloat16", "float16", "bfloat16", "float64")
-#: The floating-point formats :func:`float_format` knows.
-FORMATS = ("float64", "float32", "float16", "bfloat16")
-#: Compute capability from which NVIDIA GPUs have Tensor Cores for each dtype.
-TENSOR_CORE_MIN_CC = {"float16": (7, 0), "bfloat16": (8, 0)}
-
-
-# --------------------------------------------------------------------------- number formats
-
-
-def _np_dtype(name: str):
-    """numpy dtype for a format name (bfloat16 comes from ml_dtypes, a TensorFlow dependency)."""
-    import numpy as np
-
-    if not isinstance(name, str):
-        raise TypeError(f"dtype must be a name like 'float16', got {type(name).__name__}")
-    if name not in FORMATS:
-        raise ValueError(f"unknown floating-point format {name!r}; expected one of {', '.join(FORMATS)}")
-    if name == "bfloat16":
-        import ml_dtypes
-
-        return np.dtype(ml_dtypes.bfloat16)
-    return np.dtype(name)
-
-
-def _finfo(name: str):
-    import numpy as np
-
-    dt = _np_dtype(name)
-    if name == "bfloat16":
-        import ml_dtypes
-
-        return ml_dtypes.finfo(dt)
-    return np.finfo(dt)
-
-
-@dataclass(frozen=True)
-class FloatFormat:
-    """What one floating-point format can represent."""
-
-    name: str
-    bits: int
-    exponent_bits: int
-    mantissa_bits: int  # stored fraction bits (precision is one more)
-    max: float
-    smallest_normal: float
-    smallest_subnormal: float
-    eps: float  # gap between 1.0 and the next representable number
-
-    @property
-    def decimal_digits(self) -> float:
-        """Roughly how many significant decimal digits survive a cast."""
-        return (self.mantissa_bits + 1) * math.log10(2)
-
-    def __str__(self) -> str:
-        return (f"{self.name}: {self.bits} bits (exponent {self.exponent_bits}, mantissa {self.mantissa_bits}), "
-                f"max {self.max:.4g}, smallest normal {self.smallest_normal:.4g}, "
-                f"smallest subnormal {self.smallest_subnormal:.4g}, eps {self.eps:.4g}")
-
-
-def float_format(dtype: str) -> FloatFormat:
-    """Describe ``dtype`` ('float64', 'float32', 'float16' or 'bfloat16')."""
-    fi = _finfo(dtype)
-    bits = _np_dtype(dtype).itemsize * 8
-    return FloatFormat(dtype, bits, int(fi.nexp), int(fi.nmant), float(fi.max), float(fi.smallest_normal),
-                       float(fi.smallest_subnormal), float(fi.eps))
-
-
-def format_table(dtypes: Sequence[str] = ("float32", "float16", "bfloat16")) -> str:
-    """Aligned text table of :func:`float_format` for each of ``dtypes``."""
-    if isinstance(dtypes, str) or not isinstance(dtypes, Sequence) or not dtypes:
-        raise ValueError("dtypes must be a non-empty list of names like ['float32', 'float16']")
-    head = ["format", "bits", "exp", "mant", "max", "min normal", "min subnormal", "eps", "digits"]
-    rows = [head]
-    for d in dtypes:
-        f = float_format(d)
-        rows.append([f.name, str(f.bits), str(f.exponent_bits), str(f.mantissa_bits), f"{f.max:.4g}",
-                     f"{f.smallest_normal:.4g}", f"{f.smallest_subnormal:.4g}", f"{f.eps:.4g}",
-                     f"{f.decimal_digits:.1f}"])
-    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
-    return "\n".join("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
-                     for r in rows)
-
-
-@dataclass(frozen=True)
-class CastResult:
-    """One value cast to one format: what came back and what happened."""
-
-    value: float
-    dtype: str
-    result: float
-    outcome: str  # "exact", "rounded", "subnormal", "underflow" or "overflow"
-
-    @property
-    def relative_error(self) -> float:
-        """|result - value| / |value| (inf on overflow, 1.0 on underflow, 0 for value 0)."""
-        if self.value == 0:
-            return 0.0 if self.result == 0 else math.inf
-        return abs(self.result - self.value) / abs(self.value)
-
-
-def _check_number(value, what="value") -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) and not hasattr(value, "__float__"):
-        raise TypeError(f"{what} must be a real number, got {type(value).__name__}")
-    value = float(value)
-    if math.isnan(value):
-        raise ValueError(f"{what} must not be NaN")
-    return value
-
-
-def classify_cast(value: float, dtype: str) -> CastResult:
-    """Cast one finite number to ``dtype`` (round to nearest even) and classify what happened.
-
-    ``overflow``: it became +-inf. ``underflow``: a non-zero value became 0.
-    ``subnormal``: non-zero but below the smallest normal number, so precision
-    is lost gradually. ``rounded``: a normal number that changed. ``exact``:
-    unchanged.
-    """
-    import numpy as np
-
-    value = _check_number(value)
-    if math.isinf(value):
-        raise ValueError("value must be finite: casting inf is not an overflow")
-    dt = _np_dtype(dtype)
-    with np.errstate(over="ignore", under="ignore"):
-        result = float(np.asarray(value, dtype=np.float64).astype(dt).astype(np.float64))
-    fmt = float_format(dtype)
-    if math.isinf(result):
-        outcome = "overflow"
-    elif value != 0 and result == 0:
-        outcome = "underflow"
-    elif result != 0 and abs(result) < fmt.smallest_normal:
-        outcome = "subnormal"
-    elif result == value:
-        outcome = "exact"
-    else:
-        outcome = "rounded"
-    return CastResult(value, dtype, result, outcome)
-
-
-def cast_table(values: Iterable[float], dtypes: Sequence[str] = ("float32", "float16", "bfloat16")) -> str:
-    """Text table: each value cast to each dtype, with the outcome in brackets."""
-    values = list(values)
-    if not values:
-        raise ValueError("values is empty: give a few numbers to cast, e.g. [1e-8, 1.001, 70000]")
-    if isinstance(dtypes, str) or not dtypes:
-        raise ValueError("dtypes must be a non-empty list of names like ['float16', 'bfloat16']")
-    rows = [["value"] + list(dtypes)]
-    for v in values:
-        cells = [f"{_check_number(v):.6g}"]
-        for d in dtypes:
-            r = classify_cast(v, d)
-            cells.append(f"{r.result:.6g} ({r.outcome})")
-        rows.append(cells)
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.rjust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
-
-
-def flush_fractions(values, scale: float = 1.0, dtype: str = "float16") -> dict:
-    """What fraction of ``values * scale`` is lost when cast to ``dtype``.
-
-    Returns ``{"underflow": f0, "overflow": f_inf}``: the fraction of the
-    non-zero values that become 0, and of all values that become +-inf. This
-    is the question loss scaling answers: pick ``scale`` so both stay near 0.
-    """
-    import numpy as np
-
-    scale = _check_number(scale, "scale")
-    if not scale > 0 or math.isinf(scale):
-        raise ValueError(f"scale must be a positive finite number, got {scale!r}")
-    arr = np.asarray(values, dtype=np.float64).ravel()
-    if arr.size == 0:
-        raise ValueError("values is empty")
-    if not np.all(np.isfinite(arr)):
-        raise ValueError("values must all be finite")
-    with np.errstate(over="ignore", under="ignore"):
-        cast = (arr * scale).astype(_np_dtype(dtype)).astype(np.float64)
-    nonzero = arr != 0
-    under = float(np.mean(cast[nonzero] == 0)) if nonzero.any() else 0.0
-    over = float(np.mean(np.isinf(cast)))
-    return {"underflow": under, "overflow": over}
 
 
 # --------------------------------------------------------------------------- policies
 
 
 def _check_policy(name) -> str:
-    if not isinstance(name, str):
-        raise TypeError(f"policy must be a name like 'mixed_float16', got {type(name).__name__}")
-    if name not in POLICIES:
-        raise ValueError(f"unknown dtype policy {name!r}; expected one of {', '.join(POLICIES)}")
-    return name
+    _validate.text("policy", name, "a dtype policy name like 'mixed_float16'")
+    return _validate.one_of("policy", name, POLICIES)
+
+
+def _policies(policies) -> list[str]:
+    if isinstance(policies, str) or not isinstance(policies, Sequence) or not policies:
+        raise TypeError(f"policies must be a non-empty list of policy names like ['float32', 'mixed_float16'], "
+                        f"got {policies!r}")
+    return [_check_policy(p) for p in policies]
 
 
 @contextlib.contextmanager
@@ -271,8 +84,7 @@ def policy_scope(name: str):
             model = build_model()
     """
     _check_policy(name)
-    import keras
-
+    keras = _tf.keras()
     before = keras.mixed_precision.global_policy()
     keras.mixed_precision.set_global_policy(name)
     try:
@@ -349,7 +161,7 @@ def dtype_report(model) -> DTypeReport:
     weights that are stored in float16 (a ``"float16"`` policy rather than
     ``"mixed_float16"``: updates smaller than eps get lost).
     """
-    import keras
+    keras = _tf.keras()
 
     if not isinstance(model, keras.layers.Layer):
         raise TypeError(f"model must be a Keras model or layer, got {type(model).__name__}")
@@ -367,8 +179,8 @@ def dtype_report(model) -> DTypeReport:
     low = {"float16", "bfloat16"}
     if any(r.compute_dtype in low for r in rows) and any(d in low for d in model_outs):
         warnings.append(f"the model returns {', '.join(sorted(set(model_outs) & low))}: give the last layer "
-                        "dtype='float32' (e.g. keras.layers.Activation('softmax', dtype='float32')) so the "
-                        "softmax and the loss are computed in float32")
+                        "dtype='float32' (e.g. keras.layers.Activation('softmax', dtype='float32')). The loss "
+                        "converts y_pred to float32 anyway, but cannot restore what a 16-bit softmax rounded away")
     stored_low = sorted({w for r in rows for w in r.weights} & low)
     if stored_low:
         warnings.append(f"weights are stored in {', '.join(stored_low)}: use a 'mixed_*' policy to keep "
@@ -435,7 +247,7 @@ def _itemsize(dtype) -> int:
 
 
 def _estimate(model, batch_size: int, policy: str) -> MemoryRow:
-    import keras
+    keras = _tf.keras()
 
     params = sum(math.prod(w.shape) * _itemsize(w.dtype) for w in model.weights)
     acts = casts = 0
@@ -464,14 +276,10 @@ def memory_by_policy(build_fn: Callable, batch_size: int,
     weight) stay float32 under every mixed policy and are not counted. The
     global policy is restored afterwards.
     """
-    if not callable(build_fn):
-        raise TypeError(f"build_fn must be a function returning a Keras model, got {type(build_fn).__name__}")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a whole number >= 1, got {batch_size!r}")
-    if isinstance(policies, str) or not policies:
-        raise ValueError("policies must be a non-empty list of policy names")
+    _validate.callable_("build_fn", build_fn)
+    batch_size = _validate.whole("batch_size", batch_size, 1, what="examples per batch")
     rows = []
-    for p in policies:
+    for p in _policies(policies):
         with policy_scope(p):
             model = build_fn()
         rows.append(_estimate(model, batch_size, p))
@@ -485,11 +293,10 @@ def measure_peak_bytes(fn: Callable, device: str = "CPU:0") -> int:
     which work for ``'CPU:0'`` and ``'GPU:0'``. Results are synced before the
     peak is read.
     """
-    if not callable(fn):
-        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
-    if not isinstance(device, str) or ":" not in device:
+    _validate.callable_("fn", fn)
+    if _validate.text("device", device, "e.g. 'CPU:0' or 'GPU:0'").count(":") != 1:
         raise ValueError(f"device must be like 'CPU:0' or 'GPU:0', got {device!r}")
-    import tensorflow as tf
+    tf = _tf.tf()
 
     from .timing import sync
 
@@ -498,182 +305,38 @@ def measure_peak_bytes(fn: Callable, device: str = "CPU:0") -> int:
     return int(tf.config.experimental.get_memory_info(device)["peak"])
 
 
-# --------------------------------------------------------------------------- loss scaling
-
-
-@dataclass(frozen=True)
-class LossScaleStep:
-    """One optimizer step under dynamic loss scaling."""
-
-    step: int
-    finite: bool  # were the (scaled) gradients finite?
-    applied: bool  # did the weights change? (non-finite steps are skipped)
-    scale_after: float  # the loss scale for the next step
-    good_steps: int  # consecutive finite steps since the scale last changed
-
-
-def _check_flags(finite) -> list[bool]:
-    if isinstance(finite, (str, bytes)) or not isinstance(finite, Iterable):
-        raise TypeError("finite must be a list of booleans, one per step (True = gradients were finite)")
-    flags = list(finite)
-    bad = [f for f in flags if not isinstance(f, bool)]
-    if bad:
-        raise TypeError(f"finite must contain only True/False, got {bad[0]!r}")
-    return flags
-
-
-def _check_scale_args(initial_scale, growth_steps):
-    initial_scale = _check_number(initial_scale, "initial_scale")
-    if not initial_scale > 0 or math.isinf(initial_scale):
-        raise ValueError(f"initial_scale must be a positive finite number, got {initial_scale!r}")
-    if isinstance(growth_steps, bool) or not isinstance(growth_steps, int) or growth_steps < 1:
-        raise ValueError(f"growth_steps must be a whole number >= 1, got {growth_steps!r}")
-    return initial_scale
-
-
-def simulate_loss_scale(finite: Iterable[bool], initial_scale: float = 2.0 ** 15,
-                        growth_steps: int = 2000) -> list[LossScaleStep]:
-    """Pure-Python model of Keras 3's dynamic loss scale.
-
-    For each step: if the gradients are not finite the update is skipped, the
-    scale is halved and the good-step counter resets; otherwise the update is
-    applied and, once ``growth_steps`` finite steps in a row have happened,
-    the scale doubles and the counter resets.
-    """
-    scale = _check_scale_args(initial_scale, growth_steps)
-    good, out = 0, []
-    for i, ok in enumerate(_check_flags(finite), 1):
-        if not ok:
-            scale, good = scale / 2, 0
-        elif good == growth_steps - 1:
-            scale, good = scale * 2, 0
-        else:
-            good += 1
-        out.append(LossScaleStep(i, ok, ok, scale, good))
-    return out
-
-
-def loss_scale_trace(finite: Iterable[bool], initial_scale: float = 2.0 ** 15,
-                     growth_steps: int = 2000) -> list[LossScaleStep]:
-    """Drive a real ``keras.optimizers.LossScaleOptimizer`` and record what it does.
-
-    One float32 weight, SGD(learning_rate=1). Each step feeds the gradient
-    ``scale`` (which the optimizer unscales to 1) or ``inf``, per ``finite``.
-    ``applied`` is read from whether the weight changed.
-    """
-    flags = _check_flags(finite)
-    initial_scale = _check_scale_args(initial_scale, growth_steps)
-    import keras
-    import numpy as np
-
-    opt = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(learning_rate=1.0),
-                                              initial_scale=initial_scale, dynamic_growth_steps=growth_steps)
-    w = keras.Variable(np.zeros((1,), np.float32), name="w")
-    opt.build([w])
-    out = []
-    for i, ok in enumerate(flags, 1):
-        before = float(w.numpy()[0])
-        scale = float(opt.dynamic_scale.numpy())
-        grad = np.array([scale if ok else np.inf], np.float32)
-        opt.apply_gradients([(grad, w)])
-        out.append(LossScaleStep(i, ok, float(w.numpy()[0]) != before, float(opt.dynamic_scale.numpy()),
-                                 int(opt.step_counter.numpy())))
-    return out
-
-
-# --------------------------------------------------------------------------- speed and hardware
+# --------------------------------------------------------------------------- speed
 
 
 def compare_policies(build_fn: Callable, x, y, loss: str | Callable = "sparse_categorical_crossentropy",
                      policies: Sequence[str] = ("float32", "mixed_float16", "mixed_bfloat16"),
-                     *, warmup: int = 2, repeats: int = 5, optimizer: str = "sgd"):
-    """Time one ``train_on_batch`` per policy, side by side, with float32 as the baseline.
+                     *, warmup: int = 2, repeats: int = 5, optimizer: str = "sgd", jit_compile: bool = False):
+    """Time one ``train_on_batch`` per policy, side by side, with the first policy as the baseline.
 
     Each policy gets its own model (``build_fn()`` inside :func:`policy_scope`),
-    compiled with ``optimizer`` and ``loss``; under ``mixed_float16`` compile
-    wraps the optimizer in a ``LossScaleOptimizer`` by itself. The returned
-    :class:`gpucourse.timing.Comparison` has a bound: half the float32 time,
-    what halving every byte moved would give a purely memory-bound step.
-    Tensor Cores can beat it on large matmuls; a CPU without float16 units
-    does not reach it.
+    compiled with ``optimizer``, ``loss`` and ``jit_compile``; under
+    ``mixed_float16`` compile wraps the optimizer in a ``LossScaleOptimizer``
+    by itself. ``jit_compile`` is pinned to False by default: Keras's own
+    default, ``"auto"``, means XLA on a GPU but not on a CPU, so the same
+    call would compare different things on the two. Pass ``"auto"`` or True to
+    time what ``fit`` does on a GPU (topic 06 teaches XLA).
+
+    The returned :class:`gpucourse.timing.Comparison` has a bound: half the
+    baseline time, what halving every byte moved would give a purely
+    memory-bound step. Tensor Cores can beat it on large matmuls; a CPU
+    without float16 units does not reach it.
     """
     from . import timing
 
-    if not callable(build_fn):
-        raise TypeError(f"build_fn must be a function returning a Keras model, got {type(build_fn).__name__}")
-    if isinstance(policies, str) or not policies:
-        raise ValueError("policies must be a non-empty list of policy names")
-    for p in policies:
-        _check_policy(p)
+    _validate.callable_("build_fn", build_fn)
+    policies = _policies(policies)
+    if jit_compile not in (True, False, "auto"):
+        raise ValueError(f"jit_compile must be True, False or 'auto', got {jit_compile!r}")
     candidates = {}
     for p in policies:
         with policy_scope(p):
             model = build_fn()
-            model.compile(optimizer=optimizer, loss=loss)
+            model.compile(optimizer=optimizer, loss=loss, jit_compile=jit_compile)
         candidates[p] = (lambda m: (lambda: m.train_on_batch(x, y)))(model)
     cmp = timing.compare(candidates, warmup=warmup, repeats=repeats, baseline=policies[0])
     return dataclasses.replace(cmp, bound_s=cmp[policies[0]].median_s / 2, bound_label="half-bytes bound")
-
-
-def _check_cc(cc) -> tuple[int, int]:
-    if isinstance(cc, str):
-        try:
-            major, minor = (int(p) for p in cc.split("."))
-        except ValueError:
-            raise ValueError(f"compute capability must look like '8.6' or (8, 6), got {cc!r}") from None
-        return major, minor
-    if (isinstance(cc, tuple) and len(cc) == 2 and all(isinstance(p, int) and not isinstance(p, bool)
-                                                       for p in cc)):
-        return cc
-    raise TypeError(f"compute capability must be a string like '8.6' or a tuple like (8, 6), got {cc!r}")
-
-
-def tensor_core_support(cc) -> dict[str, bool]:
-    """Which low-precision dtypes get Tensor Cores on a GPU of compute capability ``cc``.
-
-    float16 needs >= 7.0 (Volta), bfloat16 needs >= 8.0 (Ampere).
-    """
-    cc = _check_cc(cc)
-    return {dtype: cc >= need for dtype, need in TENSOR_CORE_MIN_CC.items()}
-
-
-@dataclass(frozen=True)
-class PolicyAdvice:
-    """The policy to use on a device, and why."""
-
-    policy: str
-    reason: str
-
-    def __str__(self) -> str:
-        return f"{self.policy}: {self.reason}"
-
-
-def recommend_policy(cc=None) -> PolicyAdvice:
-    """Advice for a GPU of compute capability ``cc`` (e.g. '8.6'), or for a CPU when ``cc`` is None."""
-    if cc is None:
-        return PolicyAdvice("float32", "a CPU without float16/bfloat16 matrix units gains nothing from mixed "
-                                       "precision and usually runs slower: keep float32")
-    support = tensor_core_support(cc)
-    name = ".".join(map(str, _check_cc(cc)))
-    if support["bfloat16"]:
-        return PolicyAdvice("mixed_bfloat16", f"compute capability {name} has bfloat16 Tensor Cores: same speed "
-                                              "as float16 with float32's range, so no loss scaling is needed "
-                                              "(mixed_float16 works too)")
-    if support["float16"]:
-        return PolicyAdvice("mixed_float16", f"compute capability {name} has float16 Tensor Cores (no bfloat16 "
-                                             "ones): use mixed_float16 with loss scaling")
-    return PolicyAdvice("float32", f"compute capability {name} is below 7.0: no Tensor Cores, mixed precision "
-                                   "only saves memory and may be slower")
-
-
-def gpu_compute_capability(index: int = 0) -> tuple[int, int] | None:
-    """Compute capability of physical GPU ``index`` as TensorFlow reports it, or None without a GPU."""
-    if isinstance(index, bool) or not isinstance(index, int) or index < 0:
-        raise ValueError(f"index must be a whole number >= 0, got {index!r}")
-    import tensorflow as tf
-
-    gpus = tf.config.list_physical_devices("GPU")
-    if index >= len(gpus):
-        return None
-    cc = tf.config.experimental.get_device_details(gpus[index]).get("compute_capability")
-    return tuple(cc) if cc else None

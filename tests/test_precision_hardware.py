@@ -1,0 +1,124 @@
+"""gpucourse.precision_hardware: Tensor Core support per compute capability, data-sheet peaks, TF32, advice."""
+
+import pytest
+
+from gpucourse import precision_hardware as hw
+
+# (GPU, compute capability, float16, bfloat16, tfloat32, float8): NVIDIA's architecture documents
+KNOWN = [
+    ("T4", "7.5", True, False, False, False),  # Turing: Colab's free GPU, Kaggle's 2x T4
+    ("V100", "7.0", True, False, False, False),  # Volta: the first Tensor Cores
+    ("A100", "8.0", True, True, True, False),  # Ampere: bfloat16 and TF32
+    ("L4", "8.9", True, True, True, True),  # Ada: FP8
+    ("H100", "9.0", True, True, True, True),  # Hopper
+]
+
+
+@pytest.mark.parametrize("gpu, cc, fp16, bf16, tf32, fp8", KNOWN)
+def test_tensor_core_support_of_known_gpus(gpu, cc, fp16, bf16, tf32, fp8):
+    want = {"float16": fp16, "bfloat16": bf16, "tfloat32": tf32, "float8": fp8}
+    assert hw.tensor_core_support(cc) == want
+    assert hw.tensor_core_support(tuple(int(p) for p in cc.split("."))) == want
+    assert list(hw.tensor_core_support(cc)) == list(hw.TENSOR_CORE_DTYPES)
+
+
+@pytest.mark.parametrize("cc, want", [("6.1", {}), ("8.6", {"float16", "bfloat16", "tfloat32"}),
+                                      ("8.7", {"float16", "bfloat16", "tfloat32"}),
+                                      ((10, 0), {"float16", "bfloat16", "tfloat32", "float8"}),
+                                      ([12, 0], {"float16", "bfloat16", "tfloat32", "float8"})])
+def test_tensor_core_support_boundaries(cc, want):
+    assert {d for d, ok in hw.tensor_core_support(cc).items() if ok} == set(want)
+
+
+@pytest.mark.parametrize("bad, exc", [("eight", ValueError), ("8", ValueError), ("8.6.1", ValueError),
+                                      (8.6, TypeError), ((8,), TypeError), ((8.0, 6), TypeError),
+                                      ((0, 1), ValueError), ((8, -1), ValueError), ((True, 0), TypeError)])
+def test_compute_capability_bad_input(bad, exc):
+    with pytest.raises(exc, match="compute capability"):
+        hw.tensor_core_support(bad)
+
+
+def test_data_sheet_peaks_agree_with_tensor_core_support():
+    """A data-sheet peak is listed for a dtype exactly when that GPU has Tensor Cores for it."""
+    assert set(hw.GPU_PEAKS) == {gpu for gpu, *_ in KNOWN}
+    for gpu, cc, *_ in KNOWN:
+        g = hw.GPU_PEAKS[gpu]
+        assert "{}.{}".format(*g.cc) == cc and g.source.startswith("NVIDIA")
+        for dtype, ok in hw.tensor_core_support(g.cc).items():
+            assert (g.peak(dtype) is not None) == ok, (gpu, dtype)
+        assert g.float32 > 0
+
+
+def test_peak_speedup():
+    # TF32 is the float32 baseline on Ampere and later: mixed precision's ceiling is about 2x there
+    assert hw.peak_speedup("A100") == pytest.approx(2.0)
+    assert hw.peak_speedup("H100") == pytest.approx(2.0, rel=0.01)
+    assert hw.peak_speedup("a100", tf32=False) == pytest.approx(16.0)
+    assert hw.peak_speedup("H100", "float8") == pytest.approx(4.0, rel=0.01)
+    assert hw.peak_speedup("T4") == pytest.approx(65 / 8.1)  # no TF32: the baseline is plain float32
+    assert hw.peak_speedup("T4", tf32=True) == hw.peak_speedup("T4", tf32=False)
+    with pytest.raises(ValueError, match="no bfloat16 Tensor Cores"):
+        hw.peak_speedup("T4", "bfloat16")
+    with pytest.raises(ValueError, match="known: T4"):
+        hw.peak_speedup("P100")
+    with pytest.raises(ValueError, match="dtype"):
+        hw.peak_speedup("A100", "float32")
+    with pytest.raises(TypeError, match="tf32"):
+        hw.peak_speedup("A100", tf32="yes")
+
+
+def test_peak_table():
+    text = hw.peak_table()
+    lines = text.splitlines()
+    assert lines[0].startswith("GPU") and len(lines) == 1 + len(hw.GPU_PEAKS)
+    t4 = next(line for line in lines if line.startswith("T4"))
+    assert "float16 " in t4 and "bfloat16" not in t4 and "8.0x" in t4
+    a100 = next(line for line in lines if line.startswith("A100"))
+    assert "2.0x" in a100 and "16.0x" in a100
+    assert len(hw.peak_table(["t4"]).splitlines()) == 2
+
+
+def test_tf32_switch_is_read_from_tensorflow():
+    import tensorflow as tf
+
+    before = tf.config.experimental.tensor_float_32_execution_enabled()
+    try:
+        tf.config.experimental.enable_tensor_float_32_execution(False)
+        assert hw.tf32_enabled() is False
+        tf.config.experimental.enable_tensor_float_32_execution(True)
+        assert hw.tf32_enabled() is True
+    finally:
+        tf.config.experimental.enable_tensor_float_32_execution(before)
+
+
+def test_recommend_policy():
+    assert hw.recommend_policy(None).policy == "float32"
+    assert hw.recommend_policy("6.1").policy == "float32"
+    t4 = hw.recommend_policy("7.5")
+    assert t4.policy == "mixed_float16" and "no bfloat16" in t4.reason
+    advice = hw.recommend_policy((8, 6))
+    assert advice.policy == "mixed_bfloat16" and "8.6" in str(advice) and "TF32" in advice.reason
+
+
+def test_gpu_compute_capability_without_gpu():
+    import tensorflow as tf
+
+    if tf.config.list_physical_devices("GPU"):
+        pytest.skip("this machine has a GPU")
+    assert hw.gpu_compute_capability() is None
+    with pytest.raises(ValueError, match="index"):
+        hw.gpu_compute_capability(-1)
+    with pytest.raises(TypeError, match="index"):
+        hw.gpu_compute_capability("0")
+
+
+@pytest.mark.gpu
+def test_gpu_compute_capability_on_gpu():
+    import tensorflow as tf
+
+    if not tf.config.list_physical_devices("GPU"):
+        pytest.skip("no GPU on this machine")
+    cc = hw.gpu_compute_capability()
+    assert isinstance(cc, tuple) and len(cc) == 2 and cc >= (3, 0)
+    assert hw.recommend_policy(cc).policy in ("float32", "mixed_float16", "mixed_bfloat16")
+    assert set(hw.tensor_core_support(cc)) == set(hw.TENSOR_CORE_DTYPES)

@@ -1,0 +1,207 @@
+"""Hardware advice: which GPU has which Tensor Cores, their peak rates, and the policy to pick.
+
+One job: turn a GPU's compute capability into facts and advice about low
+precision on it, without needing the GPU.
+
+* :func:`tensor_core_support` says which dtypes get Tensor Cores at a compute
+  capability: float16 from 7.0 (Volta, Turing's T4 at 7.5), bfloat16 and
+  TF32 from 8.0 (Ampere), float8 from 8.9 (Ada, e.g. L4) and 9.0 (Hopper).
+* :data:`GPU_PEAKS`, :func:`peak_speedup` and :func:`peak_table` hold the
+  dense peak TFLOPS of common GPUs from NVIDIA's data sheets, so a speed-up
+  can be put beside its theoretical limit: mixed precision on an A100 or H100
+  is compared with a float32 baseline that already runs on TF32 Tensor Cores.
+* :func:`tf32_enabled` reads TensorFlow's TF32 switch;
+  :func:`gpu_compute_capability` reads a real GPU's compute capability;
+  :func:`recommend_policy` turns it into a dtype policy and a reason.
+
+Importing this module never imports TensorFlow.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import _tf, _validate
+
+__all__ = [
+    "GPU_PEAKS",
+    "TENSOR_CORE_DTYPES",
+    "TENSOR_CORE_MIN_CC",
+    "GpuPeaks",
+    "PolicyAdvice",
+    "gpu_compute_capability",
+    "parse_compute_capability",
+    "peak_speedup",
+    "peak_table",
+    "recommend_policy",
+    "tensor_core_support",
+    "tf32_enabled",
+]
+
+#: The Tensor Core input dtypes :func:`tensor_core_support` reports on.
+TENSOR_CORE_DTYPES = ("float16", "bfloat16", "tfloat32", "float8")
+#: Lowest compute capability whose Tensor Cores take each dtype (NVIDIA's architecture documents;
+#: float8 per NVIDIA Transformer Engine's support matrix: 8.9 Ada and 9.0 Hopper and later).
+TENSOR_CORE_MIN_CC = {"float16": (7, 0), "bfloat16": (8, 0), "tfloat32": (8, 0), "float8": (8, 9)}
+
+
+def parse_compute_capability(cc) -> tuple[int, int]:
+    """``'8.6'``, ``(8, 6)`` or ``[8, 6]`` -> ``(8, 6)``; anything else is a clear error."""
+    if isinstance(cc, str):
+        try:
+            major, minor = (int(p) for p in cc.strip().split("."))
+        except ValueError:
+            raise ValueError(f"compute capability must look like '8.6' or (8, 6), got {cc!r}") from None
+        cc = (major, minor)
+    if not (isinstance(cc, (tuple, list)) and len(cc) == 2):
+        raise TypeError(f"compute capability must be a string like '8.6' or a tuple like (8, 6), got {cc!r}")
+    major = _validate.whole("compute capability major", cc[0], 1, what="e.g. 8 in (8, 6)")
+    minor = _validate.whole("compute capability minor", cc[1], 0, what="e.g. 6 in (8, 6)")
+    return major, minor
+
+
+def tensor_core_support(cc) -> dict[str, bool]:
+    """Which dtypes get Tensor Cores on a GPU of compute capability ``cc``.
+
+    Returns ``{"float16": ..., "bfloat16": ..., "tfloat32": ..., "float8": ...}``:
+    a T4 (7.5) has float16 only; an A100 (8.0) adds bfloat16 and TF32; an L4
+    (8.9) or H100 (9.0) adds float8. ``False`` does not mean the dtype cannot
+    run there, only that it runs without Tensor Cores (no speed-up from them).
+    """
+    cc = parse_compute_capability(cc)
+    return {dtype: cc >= need for dtype, need in TENSOR_CORE_MIN_CC.items()}
+
+
+# --------------------------------------------------------------------------- data-sheet peaks
+
+
+@dataclass(frozen=True)
+class GpuPeaks:
+    """Dense peak TFLOPS of one GPU (``None``: no Tensor Cores for that dtype), from its data sheet."""
+
+    name: str
+    cc: tuple[int, int]
+    float32: float  # CUDA cores, no Tensor Cores
+    tfloat32: float | None
+    float16: float | None
+    bfloat16: float | None
+    float8: float | None
+    source: str
+
+    def peak(self, dtype: str) -> float | None:
+        _validate.one_of("dtype", dtype, ("float32",) + TENSOR_CORE_DTYPES)
+        return getattr(self, dtype)
+
+
+#: Dense (no 2:4 sparsity) peak TFLOPS. Data sheets that list "with sparsity" figures are halved.
+GPU_PEAKS = {g.name: g for g in (
+    GpuPeaks("T4", (7, 5), 8.1, None, 65.0, None, None,
+             "NVIDIA T4 data sheet: 8.1 TFLOPS FP32, 65 TFLOPS mixed FP16/FP32"),
+    GpuPeaks("V100", (7, 0), 15.7, None, 125.0, None, None,
+             "NVIDIA V100 data sheet (SXM2): 15.7 TFLOPS FP32, 125 TFLOPS Tensor"),
+    GpuPeaks("A100", (8, 0), 19.5, 156.0, 312.0, 312.0, None,
+             "NVIDIA A100 data sheet: 19.5 FP32, 156 TF32, 312 FP16/BF16 TFLOPS (dense)"),
+    GpuPeaks("L4", (8, 9), 30.3, 60.0, 121.0, 121.0, 242.5,
+             "NVIDIA L4 data sheet: 30.3 FP32; 120 TF32, 242 FP16/BF16, 485 FP8 with sparsity, halved"),
+    GpuPeaks("H100", (9, 0), 67.0, 494.5, 989.5, 989.5, 1979.0,
+             "NVIDIA H100 data sheet (SXM): 67 FP32; 989 TF32, 1979 FP16/BF16, 3958 FP8 with sparsity, halved"),
+)}
+
+
+def _gpu(name) -> GpuPeaks:
+    _validate.text("gpu", name, "a GPU name such as 'A100'")
+    key = {k.lower(): k for k in GPU_PEAKS}.get(name.strip().lower())
+    if key is None:
+        raise ValueError(f"no data-sheet figures for GPU {name!r}; known: {', '.join(GPU_PEAKS)}")
+    return GPU_PEAKS[key]
+
+
+def peak_speedup(gpu: str, dtype: str = "float16", tf32: bool = True) -> float:
+    """Peak Tensor Core rate of ``dtype`` divided by the float32 baseline's peak on ``gpu``.
+
+    The float32 baseline is TF32 Tensor Cores when the GPU has them and
+    ``tf32`` is True (TensorFlow's default), else the plain float32 units.
+    This ratio is the ceiling of what mixed precision can do for a
+    matmul-bound model: about 2x on an A100 or H100 against TF32, 8x on a T4.
+    """
+    g = _gpu(gpu)
+    if not isinstance(tf32, bool):
+        raise TypeError(f"tf32 must be True or False, got {tf32!r}")
+    fast = g.peak(_validate.one_of("dtype", dtype, TENSOR_CORE_DTYPES))
+    if fast is None:
+        raise ValueError(f"the {g.name} (compute capability {g.cc[0]}.{g.cc[1]}) has no {dtype} Tensor Cores: "
+                         f"{dtype} runs there on ordinary units, so there is no Tensor Core speed-up to expect")
+    base = g.tfloat32 if (tf32 and g.tfloat32) else g.float32
+    return fast / base
+
+
+def peak_table(gpus=None) -> str:
+    """Data-sheet peaks (dense TFLOPS) and the mixed-precision ceiling with TF32 on and off."""
+    names = list(GPU_PEAKS) if gpus is None else [_gpu(n).name for n in gpus]
+    rows = [["GPU", "cc", "Tensor Core dtypes", "FP32", "TF32", "FP16", "BF16", "FP8",
+             "FP16/base (TF32 on)", "FP16/base (TF32 off)"]]
+    for n in names:
+        g = GPU_PEAKS[n]
+        support = tensor_core_support(g.cc)
+        dtypes = ", ".join(d for d in TENSOR_CORE_DTYPES if support[d]) or "none"
+        rows.append([g.name, f"{g.cc[0]}.{g.cc[1]}", dtypes] +
+                    [f"{v:g}" if v else "-" for v in (g.float32, g.tfloat32, g.float16, g.bfloat16, g.float8)] +
+                    [f"{peak_speedup(n, 'float16', True):.1f}x", f"{peak_speedup(n, 'float16', False):.1f}x"])
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+                     .rstrip() for r in rows)
+
+
+# --------------------------------------------------------------------------- this machine
+
+
+def tf32_enabled() -> bool:
+    """TensorFlow's TF32 switch (``tf.config.experimental.tensor_float_32_execution_enabled()``).
+
+    On by default. It only matters on compute capability 8.0 and later: there,
+    while it is on, float32 matmuls and convolutions read their inputs as TF32.
+    ``tf.config.experimental.enable_tensor_float_32_execution(False)`` turns it off.
+    """
+    return bool(_tf.tf().config.experimental.tensor_float_32_execution_enabled())
+
+
+def gpu_compute_capability(index: int = 0) -> tuple[int, int] | None:
+    """Compute capability of physical GPU ``index`` as TensorFlow reports it, or None without a GPU."""
+    index = _validate.whole("index", index, 0, what="a GPU number, 0 for the first")
+    tf = _tf.tf()
+    gpus = tf.config.list_physical_devices("GPU")
+    if index >= len(gpus):
+        return None
+    cc = tf.config.experimental.get_device_details(gpus[index]).get("compute_capability")
+    return tuple(cc) if cc else None
+
+
+@dataclass(frozen=True)
+class PolicyAdvice:
+    """The policy to use on a device, and why."""
+
+    policy: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.policy}: {self.reason}"
+
+
+def recommend_policy(cc=None) -> PolicyAdvice:
+    """Advice for a GPU of compute capability ``cc`` (e.g. '8.6'), or for a CPU when ``cc`` is None."""
+    if cc is None:
+        return PolicyAdvice("float32", "a CPU without float16/bfloat16 matrix units gains nothing from mixed "
+                                       "precision and usually runs slower: keep float32")
+    support = tensor_core_support(cc)
+    name = "{}.{}".format(*parse_compute_capability(cc))
+    if support["bfloat16"]:
+        return PolicyAdvice("mixed_bfloat16", f"compute capability {name} has bfloat16 Tensor Cores: float16's "
+                                              "speed with float32's range, so no loss scaling (mixed_float16 "
+                                              "works too). float32 already runs as TF32 on Tensor Cores here, "
+                                              "so expect at most about 2x at peak, not more")
+    if support["float16"]:
+        return PolicyAdvice("mixed_float16", f"compute capability {name} has float16 Tensor Cores but no "
+                                             "bfloat16 or TF32 ones: use mixed_float16 with loss scaling "
+                                             "(mixed_bfloat16 would run without Tensor Cores)")
+    return PolicyAdvice("float32", f"compute capability {name} is below 7.0: no Tensor Cores, mixed precision "
+                                   "only saves memory and may be slower")
