@@ -12,7 +12,10 @@ One module per topic, plus shared plumbing:
 ``placement``          02 placement logging and op -> device tables
 ``memory``             03 memory growth, limits, peak-memory measurement
 ``distribute``         04 MirroredStrategy and multi-worker helpers
-``precision``          05 mixed precision and loss scaling
+``precision``          05 dtype policies, and the topic's one import
+``precision_formats``  05 number formats, casts, TF32 emulation
+``precision_scaling``  05 loss scaling, its explorers, replicas under a strategy
+``precision_hardware`` 05 Tensor Core support, data-sheet peaks, TF32 switch, advice
 ``xla``                06 XLA compilation and HLO inspection, the fusion explorer
 ``determinism``        06 reproducible training: fresh-process runs compared bit for bit
 ``latency``            06 inference latency p50/p99 against batch size
@@ -54,6 +57,9 @@ _SUBMODULES = (
     "placement",
     "plots",
     "precision",
+    "precision_formats",
+    "precision_hardware",
+    "precision_scaling",
     "profiling",
     "timing",
     "xla",
