@@ -334,6 +334,8 @@ except Exception as exc:
 out["env"] = {k: os.environ.get(k) for k in %(watched)r}  # after setup: what TensorFlow reads at device creation
 gpus = tf.config.list_physical_devices("GPU")
 out["memory_growth"] = [tf.config.experimental.get_memory_growth(g) for g in gpus]
+out["compute_capability"] = [list(tf.config.experimental.get_device_details(g).get("compute_capability") or [])
+                             for g in gpus]
 x = tf.ones((256, 256))
 float(tf.reduce_sum(x @ x))  # start the runtime and run one op
 out["logical"] = [d.name for d in tf.config.list_logical_devices()]
@@ -363,6 +365,7 @@ class ProbeResult:
     gpu_limit_bytes: list[int]  # per logical GPU: the allocator's limit
     gpu_free_mib_before: list[int] | None  # per GPU: free MiB (NVML) before the probe imported TensorFlow
     gpu_process_mib: list[int] | None  # per GPU: rise of the driver's "used" MiB while this process ran
+    compute_capability: list[list[int]]  # per physical GPU: [major, minor]
 
     @property
     def growth(self) -> bool | None:
@@ -408,7 +411,7 @@ def fresh_process_probe(env: Mapping[str, str] | None = None, setup: str = "", t
     d = _probe.run(_PROBE_CODE, setup, env=env, timeout=timeout, label="memory probe")
     err = tuple(d["setup_error"]) if d["setup_error"] else None
     return ProbeResult(d["env"], err, d["memory_growth"], d["logical"], d["gpu_tf_bytes"], d["gpu_limit_bytes"],
-                       d["gpu_free_mib_before"], d["gpu_process_mib"])
+                       d["gpu_free_mib_before"], d["gpu_process_mib"], d["compute_capability"])
 
 
 # --------------------------------------------------------------------------- estimates from counts

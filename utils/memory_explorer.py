@@ -180,8 +180,8 @@ def update(batch: int = 512, policy: str = "float32", steps: int = 1, budget_mib
     """
     batch, steps, micro = _micro(batch, steps)
     budget = _validate.whole("budget_mib", budget_mib, 1, what="memory budget in MiB") * 2**20
+    est = estimate_update(batch, policy, steps)  # validates the policy before TensorFlow is imported
     dev = normalize_device(device or default_device())
-    est = estimate_update(batch, policy, steps)
     got = measure_update(batch, policy, steps, dev)
     lines = [
         f"measured {format_bytes(got['total_bytes'])}: {_verdict(got['total_bytes'], budget)} the "
