@@ -183,6 +183,7 @@ class q2:
                 max_batch = rng.randint(40, 3000)
                 target = max_batch + rng.randint(max_batch, 4 * max_batch)
             elif k in (0, 3):  # some measured batch is over the budget (k == 0), the answer is >= 2 (k == 3)
+                max_batch = max(max_batch, 3)
                 target = rng.randint(2, max_batch - 1)
             else:
                 target = rng.randint(1, max_batch)
