@@ -1,16 +1,19 @@
-"""gpucourse.memory: peak measurement, batch search, estimates, fresh-process probes."""
+"""gpucourse.memory and gpucourse.memory_explorer: measurement, the GPU allocator's rules, probes, estimates."""
 
 import json
 import math
-import random
+import os
 
 import pytest
 
-from gpucourse import memory
+from gpucourse import colab, memory, memory_explorer
+from gpucourse.explore import Explorer
+
+MiB = 2**20
 
 
 def test_import_does_not_load_tensorflow(fresh_python):
-    out = fresh_python("import sys\nfrom gpucourse import memory\nprint('tensorflow' in sys.modules)")
+    out = fresh_python("import sys\nfrom gpucourse import memory, memory_explorer\nprint('tensorflow' in sys.modules)")
     assert out.strip() == "False"
 
 
@@ -21,9 +24,11 @@ def test_format_bytes(n, text):
 
 
 def test_format_bytes_bad_input():
-    for bad in ("12", None, True, float("nan")):
+    for bad in ("12", None, True):
         with pytest.raises(TypeError, match="number of bytes"):
             memory.format_bytes(bad)
+    with pytest.raises(ValueError, match="finite"):
+        memory.format_bytes(float("nan"))
 
 
 @pytest.mark.parametrize("name, want", [("GPU:0", "GPU:0"), ("/device:GPU:1", "GPU:1"), ("/GPU:2", "GPU:2"),
@@ -37,98 +42,29 @@ def test_normalize_device_bad_input():
         memory.normalize_device("TPU:0")
     with pytest.raises(ValueError):
         memory.normalize_device("GPU")
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="device"):
         memory.normalize_device(0)
 
 
-def test_measure_peak_sees_an_intermediate(fresh_python):
-    out = fresh_python(
-        "import tensorflow as tf\nfrom gpucourse import memory\n"
-        "x = tf.random.normal((1000, 1000))\n"
-        "f = tf.function(lambda: tf.reduce_sum(x @ x))\n"
-        "p = memory.measure_peak(f, device='/device:CPU:0', repeats=3)\n"
-        "print(p.device, p.extra_bytes >= 4_000_000, p.after_bytes <= p.peak_bytes, 'peak' in str(p))\n"
-        "print(memory.memory_info()['current'] >= 4_000_000)\n"
-        "try:\n    memory.measure_peak(f, device='GPU:0')\nexcept ValueError as e:\n    print('NOGPU', e)\n",
-        env={"CUDA_VISIBLE_DEVICES": "-1"})  # the CPU path, also on a GPU machine
-    lines = out.splitlines()
-    assert lines[0] == "CPU:0 True True True"
-    assert lines[1] == "True"
-    assert "No matching devices found for 'GPU:0'" in out
-
-
 def test_measure_peak_bad_input():
-    with pytest.raises(TypeError, match="callable"):
+    with pytest.raises(TypeError, match="fn must be callable"):
         memory.measure_peak("not a function")
-    with pytest.raises(ValueError, match="warmup"):
+    with pytest.raises(ValueError, match="warmup must be >= 0"):
         memory.measure_peak(lambda: None, warmup=-1, device="CPU:0")
-    with pytest.raises(ValueError, match="repeats"):
+    with pytest.raises(ValueError, match="repeats must be >= 1"):
         memory.measure_peak(lambda: None, repeats=0, device="CPU:0")
+    with pytest.raises(TypeError, match="repeats"):
+        memory.measure_peak(lambda: None, repeats=1.5, device="CPU:0")
 
 
-def _fake(fixed, per, cap=None):
-    calls = []
-
-    def measure(n):
-        calls.append(n)
-        used = fixed + per * n
-        if cap is not None and used > cap:
-            raise MemoryError(f"OOM at batch {n}")
-        return used
-
-    return measure, calls
-
-
-def test_largest_fitting_matches_brute_force():
-    rng = random.Random(3)
-    for _ in range(50):
-        fixed, per = rng.randint(0, 10**6), rng.randint(1, 10**4)
-        hi = rng.randint(1, 5000)
-        budget = fixed + per * rng.randint(0, 6000) + rng.randint(1, per)
-        measure, calls = _fake(fixed, per)
-        got = memory.largest_fitting(measure, budget, hi=hi)
-        fitting = [n for n in range(1, hi + 1) if fixed + per * n <= budget]
-        assert got.best == (max(fitting) if fitting else None), (fixed, per, hi, budget)
-        assert len(calls) <= 2 * math.ceil(math.log2(hi)) + 2
-        assert len(set(calls)) == len(calls), "never measure the same batch twice"
-
-
-def test_largest_fitting_treats_oom_as_too_big():
+def test_is_oom_error():
     class ResourceExhaustedError(Exception):  # stands in for tf.errors.ResourceExhaustedError
         pass
 
-    def measure(n):
-        if n > 300:
-            raise ResourceExhaustedError("OOM when allocating tensor")
-        return 10 * n
-
-    got = memory.largest_fitting(measure, 100_000, hi=1000)
-    assert got.best == 300 and (512, None) in got.tried and "out of memory" in got.table()
-    measure, _ = _fake(0, 10, cap=50)
-    assert memory.largest_fitting(measure, 10_000, hi=64).best == 5
-
-
-def test_largest_fitting_nothing_fits_and_errors_pass_through():
-    measure, _ = _fake(1000, 1)
-    assert memory.largest_fitting(measure, 10).best is None
-
-    def broken(n):
-        raise KeyError("a bug, not an OOM")
-
-    with pytest.raises(KeyError):
-        memory.largest_fitting(broken, 10)
-
-
-@pytest.mark.parametrize("args, exc, match", [
-    (("nope", 10), TypeError, "measure"),
-    ((lambda n: n, 0), ValueError, "budget_bytes"),
-    ((lambda n: n, 10, 0), ValueError, "lo"),
-    ((lambda n: n, 10, 5, 4), ValueError, "hi must be"),
-    ((lambda n: "big", 10), TypeError, "number of bytes"),
-])
-def test_largest_fitting_bad_input(args, exc, match):
-    with pytest.raises(exc, match=match):
-        memory.largest_fitting(*args)
+    assert memory.is_oom_error(ResourceExhaustedError("OOM")) and memory.is_oom_error(MemoryError())
+    assert not memory.is_oom_error(KeyError("x"))
+    with pytest.raises(TypeError, match="exception"):
+        memory.is_oom_error("OOM")
 
 
 def test_linear_fit():
@@ -138,83 +74,103 @@ def test_linear_fit():
         memory.linear_fit([(1, 2)])
     with pytest.raises(ValueError, match="different"):
         memory.linear_fit([(1, 2), (1, 3)])
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="pairs of numbers"):
         memory.linear_fit([("a", 2), (1, 3)])
 
 
-def test_slots_by_name_and_bad_names():
-    assert memory.slots_per_param("adam") == 2 and memory.slots_per_param("SGD") == 0
-    with pytest.raises(ValueError, match="Adafactor"):
-        memory.slots_per_param("adafactor")
-    with pytest.raises(ValueError, match="known"):
-        memory.slots_per_param("mem_fraction")
+# --------------------------------------------------------------------------- the GPU allocator's rules
 
 
-def test_training_memory_from_a_count():
-    est = memory.training_memory(1000, "adam")
-    assert (est.params_bytes, est.gradient_bytes, est.optimizer_bytes, est.accumulator_bytes) == (4000, 4000, 8000, 0)
+@pytest.mark.parametrize("env, configured, want", [
+    (None, None, False), (None, True, True), (None, False, False),
+    ("true", None, True), ("true", False, True),  # the variable wins over set_memory_growth(False)
+    ("false", True, False), ("false", None, False),  # ... and over set_memory_growth(True)
+    ("1", None, False), ("True", None, False), ("yes", True, True), ("", True, True),  # not parsed: config kept
+])
+def test_resolve_growth_mirrors_get_allow_growth_value(env, configured, want):
+    assert memory.resolve_growth(env, configured) is want
+
+
+def test_resolve_growth_bad_input():
+    with pytest.raises(TypeError, match="env_value"):
+        memory.resolve_growth(1)
+    with pytest.raises(TypeError, match="configured"):
+        memory.resolve_growth("true", "yes")
+
+
+def test_default_gpu_limit_mirrors_min_system_memory():
+    t4_free = 14_900 * MiB
+    assert memory.default_gpu_limit(t4_free, 7) == t4_free - 1050 * MiB
+    assert memory.default_gpu_limit(40_000 * MiB, 8) == 40_000 * MiB - 1536 * MiB
+    assert memory.default_gpu_limit(80_000 * MiB, 9) == 80_000 * MiB - 1800 * MiB
+    assert memory.default_gpu_limit(80_000 * MiB, 12) == 80_000 * MiB - 1800 * MiB  # newer: as 9.x
+    assert memory.default_gpu_limit(8_000 * MiB, 5) == 8_000 * MiB - 500 * MiB  # older: as 6.x
+    # Under 2 GiB free (a second process on a busy GPU): a 225 MiB reserve; all of it when even less is free.
+    assert memory.default_gpu_limit(750 * MiB, 7) == 525 * MiB
+    assert memory.default_gpu_limit(200 * MiB, 7) == 200 * MiB
+    # TF_DEVICE_MIN_SYS_MEMORY_IN_MB replaces the reserve, unless it is larger than what is free.
+    assert memory.default_gpu_limit(t4_free, 7, reserve_mib=100) == t4_free - 100 * MiB
+    assert memory.default_gpu_limit(t4_free, 7, reserve_mib=20_000) == t4_free - 1050 * MiB
+
+
+def test_default_gpu_limit_bad_input():
+    with pytest.raises(ValueError, match="free_bytes must be >= 0"):
+        memory.default_gpu_limit(-1, 7)
+    with pytest.raises(TypeError, match="compute_capability_major"):
+        memory.default_gpu_limit(MiB, 7.5)
+    with pytest.raises(ValueError, match="reserve_mib"):
+        memory.default_gpu_limit(MiB, 7, reserve_mib=-5)
+
+
+def test_allocator_messages_are_in_the_installed_tensorflow():
+    """The GPU allocator's own messages back the tutorial's GPU statements, even in the CPU-only wheel."""
+    found = memory.allocator_messages()
+    if not found and not memory._tf_library_paths():
+        pytest.skip("this TensorFlow packaging has no libtensorflow_framework to read")
+    assert set(found) == set(memory._MESSAGES), f"missing: {set(memory._MESSAGES) - set(found)}"
+    assert 'Valid values are "true" or "false"' in found["valid growth values"]
+    assert "cuda_malloc_async" in found["async allocator hint"]
+    with pytest.raises(ValueError, match="existing file"):
+        memory.allocator_messages("/no/such/libtensorflow_framework.so")
+
+
+def test_estimate_state():
+    est = memory.estimate_state(1000, 2)
+    assert [est[k] for k in ("weights", "gradients", "optimizer slots", "gradient accumulators")] == [4000, 4000,
+                                                                                                      8000, 0]
     assert est.total_bytes == 16000 and "total" in est.table()
-    assert memory.training_memory(10, "sgd", bytes_per_param=2, accumulate=True).total_bytes == 60
-    with pytest.raises(TypeError, match="Keras model or a parameter count"):
-        memory.training_memory("big")
-    with pytest.raises(ValueError, match=">= 0"):
-        memory.training_memory(-1)
+    assert memory.estimate_state(10, 0, bytes_per_value=2, accumulate=True).total_bytes == 60
+    frozen = memory.estimate_state(100, 1, trainable=60)  # e.g. BatchNormalization's moving statistics
+    assert frozen.total_bytes == 4 * (100 + 60 + 60)
+
+
+def test_estimate_state_bad_input():
+    with pytest.raises(TypeError, match="params"):
+        memory.estimate_state("big", 2)
+    with pytest.raises(ValueError, match="params must be >= 0"):
+        memory.estimate_state(-1, 2)
+    with pytest.raises(ValueError, match="trainable must be <= 10"):
+        memory.estimate_state(10, 2, trainable=11)
     with pytest.raises(TypeError, match="accumulate"):
-        memory.training_memory(10, accumulate="yes")
+        memory.estimate_state(10, 2, accumulate="yes")
 
 
-def test_training_memory_matches_real_keras_optimizers(fresh_python):
-    """The slot table agrees with the variables Keras 3 optimizers really create."""
-    out = fresh_python(
-        "import json, keras, numpy as np\nfrom gpucourse import memory\n"
-        "m = keras.Sequential([keras.Input((7,)), keras.layers.Dense(5), keras.layers.BatchNormalization(),"
-        " keras.layers.Dense(3)])\n"
-        "O = keras.optimizers\n"
-        "opts = [O.SGD(), O.SGD(momentum=0.9), O.Adam(), O.Adam(amsgrad=True), O.AdamW(), O.RMSprop(),"
-        " O.RMSprop(momentum=0.5, centered=True), O.Adagrad(), O.Nadam(), O.Adamax(), O.Lion(), O.Ftrl(),"
-        " O.Adadelta(), O.Adam(gradient_accumulation_steps=4), O.SGD(momentum=0.9, gradient_accumulation_steps=2)]\n"
-        "rows = []\n"
-        "for o in opts:\n"
-        "    o.build(m.trainable_variables)\n"
-        "    real = sum(int(np.prod(v.shape)) * 4 for v in o.variables if len(v.shape))\n"
-        "    est = memory.training_memory(m, o)\n"
-        "    rows.append([type(o).__name__, real, est.optimizer_bytes + est.accumulator_bytes,"
-        " est.params_bytes, est.gradient_bytes])\n"
-        "print(json.dumps(rows))\n"
-        "try:\n    memory.training_memory(keras.Sequential([keras.layers.Dense(3)]))\n"
-        "except ValueError as e:\n    print('UNBUILT', e)\n")
-    rows = json.loads(out.splitlines()[0])
-    for name, real, est, params, grads in rows:
-        assert real == est, f"{name}: Keras holds {real} bytes of state, estimate says {est}"
-        assert params == (7 * 5 + 5 + 4 * 5 + 5 * 3 + 3) * 4 and grads == params - 2 * 5 * 4
-    assert "UNBUILT" in out and "keras.Input" in out
+# --------------------------------------------------------------------------- fresh processes
 
 
-def test_accumulation_plan():
-    p = memory.accumulation_plan(256, 48)
-    assert (p.micro_batch, p.steps) == (32, 8) and p.optimizer_kwargs == {"gradient_accumulation_steps": 8}
-    p = memory.accumulation_plan(64, 100)
-    assert (p.micro_batch, p.steps) == (64, 1) and p.optimizer_kwargs == {}
-    assert memory.accumulation_plan(7, 3).micro_batch == 1
-    rng = random.Random(5)
-    for _ in range(200):
-        eff, mx = rng.randint(1, 500), rng.randint(1, 600)
-        p = memory.accumulation_plan(eff, mx)
-        assert p.micro_batch * p.steps == eff and p.micro_batch <= mx
-        assert not any(eff % s == 0 and eff // s <= mx for s in range(1, p.steps))
-    for bad in [(0, 4), (4, 0), (4.0, 2), (True, 2)]:
-        with pytest.raises(ValueError):
-            memory.accumulation_plan(*bad)
-
-
-def test_fresh_probe_on_this_machine():
-    r = memory.fresh_process_probe({"TF_FORCE_GPU_ALLOW_GROWTH": "true"},
+def test_fresh_probe_runs_without_the_course_variables(monkeypatch):
+    """A probe shows TensorFlow's default: the setup cell's TF_FORCE_GPU_ALLOW_GROWTH is not passed on."""
+    monkeypatch.setenv("TF_FORCE_GPU_ALLOW_GROWTH", "true")
+    monkeypatch.setenv(colab.SET_BY_COURSE, "TF_FORCE_GPU_ALLOW_GROWTH")
+    r = memory.fresh_process_probe({"TF_GPU_ALLOCATOR": "cuda_malloc_async"},
                                    "tf.config.experimental.set_memory_growth("
                                    "tf.config.list_physical_devices('CPU')[0], True)")
-    assert r.env["TF_FORCE_GPU_ALLOW_GROWTH"] == "true"
+    assert r.env["TF_FORCE_GPU_ALLOW_GROWTH"] is None and r.env["TF_GPU_ALLOCATOR"] == "cuda_malloc_async"
     assert r.setup_error == ("ValueError", "Cannot set memory growth on non-GPU and non-Pluggable devices")
     assert any(name.endswith("CPU:0") for name in r.logical)
     assert "setup error" in str(r)
+    if not r.memory_growth:  # no GPU: nothing about GPUs to report
+        assert r.growth is None and r.gpu_limit_bytes == [] and "none visible" in str(r)
 
 
 def test_fresh_probe_bad_input():
@@ -226,16 +182,92 @@ def test_fresh_probe_bad_input():
         memory.fresh_process_probe(timeout=0)
 
 
-@pytest.mark.gpu
-def test_growth_keeps_gpu_memory_small():
-    from gpucourse import devices
+# --------------------------------------------------------------------------- the explorer
 
-    if not devices.nvml_gpus():
-        pytest.skip("no NVIDIA GPU on this machine")
+
+def test_estimate_update_arithmetic():
+    params = 128 * 512 + 512 + 512 * 512 + 512 + 512 * 10 + 10
+    e = memory_explorer.estimate_update(256)
+    assert e["weights"] == e["gradients"] == 4 * params and e["optimizer slots"] == 8 * params
+    assert e["gradient accumulators"] == 0 and e["low-precision weight copies"] == 0
+    assert e["activations"] == 256 * 4 * (128 + 2 * 512 + 2 * 512 + 10)
+    acc = memory_explorer.estimate_update(256, steps=4)  # 4 micro-batches of 64
+    assert acc["gradient accumulators"] == 4 * params and acc["activations"] == e["activations"] // 4
+    mixed = memory_explorer.estimate_update(256, "mixed_float16")
+    assert mixed["weights"] == e["weights"] and mixed["low-precision weight copies"] == 2 * params
+    assert mixed["activations"] == 256 * (128 * 4 + 128 * 2 + 2 * 512 * 2 * 2 + 10 * 2 + 10 * 4)
+
+
+def test_explorer_bad_input_fails_before_measuring():
+    with pytest.raises(ValueError, match="steps must be <= batch"):
+        memory_explorer.update(batch=4, steps=8)
+    with pytest.raises(ValueError, match="policy must be one of"):
+        memory_explorer.update(batch=64, policy="float16")
+    with pytest.raises(ValueError, match="budget_mib must be >= 1"):
+        memory_explorer.update(batch=64, budget_mib=0)
+    with pytest.raises(TypeError, match="batch"):
+        memory_explorer.estimate_update(64.0)
+    ex = memory_explorer.memory_explorer()
+    assert isinstance(ex, Explorer) and ex.manual and {c.name for c in ex.controls} == {
+        "batch", "policy", "steps", "budget_mib"}
+
+
+def test_measurement_and_explorer_on_this_machine(fresh_python):
+    """One fresh TensorFlow process: measure_peak, the CPU counters' blind spot, and the explorer end to end."""
+    out = fresh_python(
+        "import json, os, tensorflow as tf\n"
+        "from gpucourse import memory, memory_explorer as mx\n"
+        "x = tf.random.normal((1000, 1000))\n"
+        "f = tf.function(lambda: tf.reduce_sum(x @ x))\n"
+        "p = memory.measure_peak(f, device='/device:CPU:0', repeats=3)\n"
+        "r = {'peak': [p.device, p.extra_bytes >= 4_000_000, p.after_bytes <= p.peak_bytes, 'peak' in str(p)]}\n"
+        "r['current'] = memory.memory_info()['current'] >= 4_000_000\n"
+        "try:\n    memory.measure_peak(f, device='GPU:0')\nexcept ValueError as e:\n    r['nogpu'] = str(e)\n"
+        "before = memory.memory_info('CPU:0')['current']\n"
+        "small = tf.zeros(16 * 1024)\n"
+        "r['small'] = memory.memory_info('CPU:0')['current'] - before\n"
+        "v = mx.update(batch=512, steps=2, budget_mib=1)\n"
+        "r['text'] = v.text\nr['figure'] = v.figure is not None\n"
+        "r['measured'] = mx.measure_update(512, steps=2)\n"
+        "ex = mx.memory_explorer()\nex.render({'batch': 256})\n"
+        "r['remembered'] = mx.memory_explorer().values['batch']\n"
+        "os.environ['GPUCOURSE_STATIC'] = '1'\n"
+        "r['static'] = ex.show() is None\n"
+        "print('RESULT ' + json.dumps(r))\n",
+        env={"CUDA_VISIBLE_DEVICES": "-1", "MPLBACKEND": "Agg"})  # the CPU path, also on a GPU machine
+    r = json.loads(out.split("RESULT ", 1)[1].splitlines()[0])
+    assert r["peak"] == ["CPU:0", True, True, True] and r["current"]
+    assert "No matching devices found for 'GPU:0'" in r["nogpu"]
+    assert r["small"] == 0, "with oneDNN, CPU allocations under 256 KiB are not counted (see CPU_UNCOUNTED_BELOW)"
+    first, *rest = r["text"].splitlines()
+    assert first.startswith("measured ") and "does NOT fit the 1 MiB budget" in first
+    assert "2 x micro-batch 256 = 512 examples" in rest[0] and "no XLA" in rest[0] and r["figure"]
+    m = r["measured"]
+    assert m["total_bytes"] == m["state_bytes"] + m["step_bytes"]
+    params_bytes = 4 * (128 * 512 + 512 * 512)  # the two big kernels, counted even on a CPU
+    assert m["state_bytes"] >= 4 * params_bytes  # weights, Adam's 2 slots, the accumulator
+    assert m["step_bytes"] >= 256 * 512 * 4  # at least one hidden layer's output of one micro-batch
+    assert r["remembered"] == 256, "the explorer keeps its values when the cell is re-run"
+    assert r["static"] and "Memory explorer [batch=2048, policy=mixed_float16" in out
+
+
+@pytest.mark.gpu
+def test_growth_keeps_gpu_memory_small_and_the_limit_follows_the_rule():
+    unset = "import os\nos.environ.pop('TF_FORCE_GPU_ALLOW_GROWTH', None)"
+    greedy = memory.fresh_process_probe(setup=unset)
     grow = memory.fresh_process_probe({"TF_FORCE_GPU_ALLOW_GROWTH": "true"})
-    greedy = memory.fresh_process_probe({"TF_FORCE_GPU_ALLOW_GROWTH": "false"})
-    assert grow.setup_error is None and grow.memory_growth and grow.memory_growth[0] is None
+    forced_off = memory.fresh_process_probe({"TF_FORCE_GPU_ALLOW_GROWTH": "false"},
+                                            "for g in tf.config.list_physical_devices('GPU'):\n"
+                                            "    tf.config.experimental.set_memory_growth(g, True)")
+    assert greedy.growth is False and grow.growth is True and forced_off.growth is False
+    assert grow.setup_error is None and grow.memory_growth[0] is None  # the variable is not a Python flag
     if grow.gpu_process_mib is None or greedy.gpu_process_mib is None:
         pytest.skip("NVML gave no memory figures")
     # Summed over GPUs: NVML numbers every GPU, CUDA_VISIBLE_DEVICES may have given TensorFlow another one than 0.
     assert sum(grow.gpu_process_mib) < sum(greedy.gpu_process_mib)
+    assert sum(forced_off.gpu_process_mib) > sum(grow.gpu_process_mib)
+    if len(greedy.gpu_free_mib_before) == 1 and greedy.compute_capability:
+        # TensorFlow asks for the free memory after creating its CUDA context: a little less than NVML saw.
+        rule = memory.default_gpu_limit(greedy.gpu_free_mib_before[0] * MiB, greedy.compute_capability[0][0])
+        assert rule - 1536 * MiB <= greedy.gpu_limit_bytes[0] <= rule
+    assert math.isclose(sum(greedy.gpu_limit_bytes), sum(grow.gpu_limit_bytes), rel_tol=0.1)

@@ -1,94 +1,73 @@
-"""Topic 03: how much memory a step needs, and making a training run fit.
+"""Topic 03: how much memory training needs, and how TensorFlow takes it from a GPU.
 
 Four jobs:
 
-* :func:`measure_peak` runs a function on a device and reports the peak
-  memory TensorFlow's allocator reached, using
-  ``tf.config.experimental.reset_memory_stats`` and ``get_memory_info``.
-  On a GPU that is the number that decides out-of-memory errors. On a CPU the
-  same counters work, but they count only tensors TensorFlow allocates (not
-  Python objects, NumPy arrays or oneDNN scratch space).
-* :func:`largest_fitting` finds the largest batch size whose measured peak
-  fits a memory budget, doubling then bisecting, and treats an out-of-memory
-  error (``tf.errors.ResourceExhaustedError``) as "does not fit".
-* :func:`training_memory` estimates, before anything runs, the memory of the
-  weights, gradients, optimizer slots and gradient accumulators of a Keras
-  model; :func:`accumulation_plan` picks a micro-batch and a number of
-  ``gradient_accumulation_steps`` that reach a large effective batch.
-* :func:`fresh_process_probe` starts a fresh Python, applies settings that
-  only work before TensorFlow initialises (``TF_FORCE_GPU_ALLOW_GROWTH``,
-  memory growth, virtual devices), and reports what happened and how much GPU
-  memory the process holds.
+* **Measure.** :func:`measure_peak` runs a function and reports the peak of
+  TensorFlow's allocator on one device (``reset_memory_stats`` then
+  ``get_memory_info``), the numbers that decide out-of-memory errors on a GPU.
+  On a CPU the same counters exist (with oneDNN on), but they leave out
+  allocations under 256 KiB, Python objects and NumPy arrays.
+* **Know the GPU allocator's rules without a GPU.** :func:`resolve_growth`
+  and :func:`default_gpu_limit` restate, as small pure functions, what
+  TensorFlow's GPU code does with ``TF_FORCE_GPU_ALLOW_GROWTH`` and how much
+  of a GPU it takes by default (``GetAllowGrowthValue`` in
+  ``gpu_bfc_allocator.cc``, ``MinSystemMemory`` and
+  ``SingleVirtualDeviceMemoryLimit`` in ``gpu_device.cc``).
+  :func:`allocator_messages` reads TensorFlow's own log messages about them
+  out of the installed library, so the rules can be checked on any machine.
+* **Ask a fresh process.** :func:`fresh_process_probe` starts TensorFlow in a
+  fresh Python (through :mod:`gpucourse._probe`, without the variables the
+  setup cell set on your behalf), applies settings that only work before the
+  runtime starts, and reports what happened and, on a GPU, how much memory
+  the process took.
+* **Estimate.** :func:`estimate_state` does the arithmetic of the training
+  state (weights, gradients, optimizer slots, gradient accumulators) from
+  counts, and :func:`linear_fit` splits measured peaks into a fixed part and
+  a part per example.
 
+The interactive memory explorer lives in :mod:`gpucourse.memory_explorer`.
 Importing this module never imports TensorFlow.
 """
 
 from __future__ import annotations
 
-import json
+import glob
 import math
 import os
-import subprocess
-import sys
-from dataclasses import dataclass, field
-from typing import Callable, Sequence
+import re
+from dataclasses import dataclass
+from typing import Callable, Mapping, Sequence
+
+from . import _probe, _validate
+from ._tf import tf as _tf
 
 __all__ = [
-    "AccumulationPlan",
-    "FitSearch",
     "MemoryEstimate",
     "PeakMemory",
     "ProbeResult",
-    "SLOTS",
-    "accumulation_plan",
+    "allocator_messages",
     "default_device",
+    "default_gpu_limit",
+    "estimate_state",
     "format_bytes",
     "fresh_process_probe",
     "is_oom_error",
-    "largest_fitting",
     "linear_fit",
     "measure_peak",
     "memory_info",
     "normalize_device",
-    "slots_per_param",
-    "training_memory",
+    "resolve_growth",
 ]
 
-#: Optimizer state per trainable parameter (in parameter-sized slots), Keras 3 optimizers.
-#: Options that add a slot are handled in :func:`slots_per_param`.
-SLOTS = {
-    "sgd": 0,  # +1 with momentum > 0
-    "adam": 2,  # m and v; +1 with amsgrad
-    "adamw": 2,
-    "adamax": 2,
-    "nadam": 2,
-    "ftrl": 2,
-    "adadelta": 2,
-    "rmsprop": 1,  # +1 with momentum > 0, +1 when centered
-    "adagrad": 1,
-    "lion": 1,
-}
-
-_DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int8": 1, "uint8": 1,
-                "int16": 2, "int32": 4, "int64": 8, "bool": 1, "complex64": 8, "complex128": 16}
-
-
-def _tf():
-    import tensorflow as tf  # imported lazily: importing gpucourse must stay cheap
-
-    return tf
-
-
-def _whole(name: str, value, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be a whole number >= {minimum}, got {value!r}")
-    return value
+MiB = 2**20
+#: With oneDNN on, TensorFlow's CPU allocator hands allocations below this size to a small-object
+#: allocator whose bytes ``get_memory_info("CPU:0")`` does not count (measured on TF 2.21).
+CPU_UNCOUNTED_BELOW = 256 * 1024
 
 
 def format_bytes(n) -> str:
     """Human-readable binary size: 512 -> '512 B', 3145728 -> '3.00 MiB'."""
-    if isinstance(n, bool) or not isinstance(n, (int, float)) or math.isnan(n):
-        raise TypeError(f"n must be a number of bytes, got {n!r}")
+    n = _validate.real("n", n, what="a number of bytes")
     sign, n = ("-" if n < 0 else ""), abs(n)
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
@@ -100,14 +79,14 @@ def format_bytes(n) -> str:
 # --------------------------------------------------------------------------- devices and counters
 
 
-
 def normalize_device(device) -> str:
     """'/device:GPU:0', '/GPU:0', 'gpu:0' or a LogicalDevice -> 'GPU:0' (what get_memory_info wants)."""
     from .placement import short_device
 
     name = getattr(device, "name", device)
     if not isinstance(name, str):
-        raise TypeError(f"device must be a name like 'GPU:0' or a tf.config device, got {type(device).__name__}")
+        raise TypeError(f"device must be a name like 'GPU:0' or a tf.config device, got {device!r} of type "
+                        f"{type(device).__name__}")
     try:
         short = short_device(name)
     except ValueError:
@@ -160,10 +139,9 @@ def measure_peak(fn: Callable, *args, device=None, warmup: int = 1, repeats: int
     the order they run in changes which tensors are alive together, and what
     must fit is the worst case.
     """
-    if not callable(fn):
-        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
-    _whole("warmup", warmup, 0)
-    _whole("repeats", repeats)
+    _validate.callable_("fn", fn)
+    _validate.whole("warmup", warmup, 0, what="calls before measuring")
+    _validate.whole("repeats", repeats, 1, what="measured calls")
     from .timing import sync
 
     tf = _tf()
@@ -183,336 +161,309 @@ def measure_peak(fn: Callable, *args, device=None, warmup: int = 1, repeats: int
     return worst
 
 
-# --------------------------------------------------------------------------- the largest batch that fits
-
-
 def is_oom_error(exc: BaseException) -> bool:
     """True for out-of-memory errors: ``tf.errors.ResourceExhaustedError`` or Python's ``MemoryError``."""
     if not isinstance(exc, BaseException):
-        raise TypeError(f"exc must be an exception, got {type(exc).__name__}")
+        raise TypeError(f"exc must be an exception, got {exc!r} of type {type(exc).__name__}")
     return any(c.__name__ in ("ResourceExhaustedError", "MemoryError") for c in type(exc).__mro__)
-
-
-@dataclass
-class FitSearch:
-    """Result of :func:`largest_fitting`: the answer and every measurement taken to find it."""
-
-    budget_bytes: int
-    best: int | None
-    tried: list[tuple[int, int | None]] = field(default_factory=list)  # (batch, bytes); None = out of memory
-
-    @property
-    def calls(self) -> int:
-        return len(self.tried)
-
-    def table(self) -> str:
-        lines = [f"budget {format_bytes(self.budget_bytes)}; {self.calls} measurements"]
-        for n, b in self.tried:
-            verdict = "out of memory" if b is None else ("fits" if b <= self.budget_bytes else "too big")
-            lines.append(f"  batch {n:>6}: {'-' if b is None else format_bytes(b):>12}  {verdict}")
-        lines.append(f"largest batch that fits: {self.best if self.best is not None else 'none'}")
-        return "\n".join(lines)
-
-    def __str__(self) -> str:
-        return self.table()
-
-
-def largest_fitting(measure: Callable[[int], float], budget_bytes, lo: int = 1, hi: int = 4096) -> FitSearch:
-    """Largest ``n`` in ``[lo, hi]`` with ``measure(n) <= budget_bytes``.
-
-    ``measure(n)`` returns the peak bytes for batch size ``n`` and must not
-    decrease as ``n`` grows. It may also raise an out-of-memory error (what a
-    real GPU does when a batch is far too big), which counts as "does not fit".
-    The search doubles from ``lo`` until a batch does not fit, then bisects, so
-    it needs about ``2 * log2(hi / lo)`` measurements instead of ``hi - lo``.
-    ``best`` is None when not even ``lo`` fits.
-    """
-    if not callable(measure):
-        raise TypeError(f"measure must be a function batch_size -> bytes, got {type(measure).__name__}")
-    if isinstance(budget_bytes, bool) or not isinstance(budget_bytes, (int, float)) or not budget_bytes > 0:
-        raise ValueError(f"budget_bytes must be a positive number of bytes, got {budget_bytes!r}")
-    _whole("lo", lo)
-    _whole("hi", hi)
-    if hi < lo:
-        raise ValueError(f"hi must be >= lo, got lo={lo}, hi={hi}")
-    search = FitSearch(int(budget_bytes), None)
-    seen: dict[int, bool] = {}
-
-    def fits(n: int) -> bool:
-        if n in seen:
-            return seen[n]
-        try:
-            used = measure(n)
-        except Exception as exc:
-            if not is_oom_error(exc):
-                raise
-            search.tried.append((n, None))
-            seen[n] = False
-            return False
-        if isinstance(used, bool) or not isinstance(used, (int, float)) or used < 0:
-            raise TypeError(f"measure({n}) must return a number of bytes >= 0, got {used!r}")
-        search.tried.append((n, int(used)))
-        seen[n] = used <= budget_bytes
-        return seen[n]
-
-    if not fits(lo):
-        return search
-    good, bad = lo, None
-    while good < hi:  # doubling phase
-        nxt = min(2 * good, hi)
-        if fits(nxt):
-            good = nxt
-        else:
-            bad = nxt
-            break
-    if bad is not None:  # bisect: good fits, bad does not
-        while bad - good > 1:
-            mid = (good + bad) // 2
-            if fits(mid):
-                good = mid
-            else:
-                bad = mid
-    search.best = good
-    return search
 
 
 def linear_fit(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
     """Least-squares ``bytes = fixed + per_item * n`` through ``(n, bytes)`` points; returns (fixed, per_item)."""
     pts = list(points)
     if len(pts) < 2:
-        raise ValueError(f"need at least 2 (n, bytes) points, got {len(pts)}")
+        raise ValueError(f"points must hold at least 2 (n, bytes) pairs, got {len(pts)}")
     try:
         xs, ys = [float(p[0]) for p in pts], [float(p[1]) for p in pts]
     except (TypeError, ValueError, IndexError):
-        raise TypeError("points must be (n, bytes) pairs of numbers") from None
+        raise TypeError(f"points must be (n, bytes) pairs of numbers, got {pts[:3]!r}...") from None
     mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
     sxx = sum((x - mx) ** 2 for x in xs)
     if sxx == 0:
-        raise ValueError("points need at least two different n values")
+        raise ValueError(f"points need at least two different n values, got only n={xs[0]:g}")
     slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
     return my - slope * mx, slope
 
 
-# --------------------------------------------------------------------------- estimates before running
+# --------------------------------------------------------------------------- the GPU allocator's rules
 
 
-def _optimizer_name(optimizer) -> str:
-    if isinstance(optimizer, str):
-        return optimizer.lower()
-    return type(optimizer).__name__.lower()
+def resolve_growth(env_value: str | None, configured: bool | None = None) -> bool:
+    """Whether TensorFlow's GPU allocator grows, given ``TF_FORCE_GPU_ALLOW_GROWTH`` and the configured flag.
 
+    ``configured`` is what ``tf.config.experimental.set_memory_growth`` asked
+    for (``None``: never called). The rule, from ``GetAllowGrowthValue`` in
+    TensorFlow's ``gpu_bfc_allocator.cc``, is applied when the allocator of
+    each GPU is created, that is when the runtime creates its GPU devices:
 
-def slots_per_param(optimizer) -> int:
-    """Optimizer state per trainable parameter, in parameter-sized slots (Keras 3).
-
-    ``optimizer`` is a Keras optimizer instance (its options are read: SGD
-    momentum, Adam ``amsgrad``, RMSprop ``momentum``/``centered``) or a name
-    like ``"adam"`` (default options). Gradient accumulators are not included:
-    :func:`training_memory` adds them. Adafactor's factored state depends on
-    the shapes and is refused: build it and count ``optimizer.variables``.
+    * unset: the configured flag decides (default: no growth);
+    * exactly ``"true"`` or ``"false"``: the variable wins over the configured
+      flag, in both directions (TensorFlow logs a warning when it overrides);
+    * anything else (``"1"``, ``"True"``, ``"yes"``): TensorFlow logs an error
+      and keeps the configured flag, so ``TF_FORCE_GPU_ALLOW_GROWTH=1`` does nothing.
     """
-    name = _optimizer_name(optimizer)
-    if name == "adafactor":
-        raise ValueError("Adafactor stores factored row/column statistics, not whole slots: build it on the "
-                         "model (optimizer.build(model.trainable_variables)) and sum optimizer.variables")
-    if name not in SLOTS:
-        raise ValueError(f"unknown optimizer {name!r}; known: {', '.join(sorted(SLOTS))}")
-    slots = SLOTS[name]
-    if isinstance(optimizer, str):
-        return slots
-    if name == "sgd" and float(getattr(optimizer, "momentum", 0) or 0) > 0:
-        slots += 1
-    if name in ("adam", "adamw") and getattr(optimizer, "amsgrad", False):
-        slots += 1
-    if name == "rmsprop":
-        slots += int(float(getattr(optimizer, "momentum", 0) or 0) > 0) + int(bool(getattr(optimizer, "centered", False)))
-    return slots
+    if env_value is not None and not isinstance(env_value, str):
+        raise TypeError(f"env_value must be the variable's text or None, got {env_value!r} of type "
+                        f"{type(env_value).__name__}")
+    if configured is not None and not isinstance(configured, bool):
+        raise TypeError(f"configured must be True, False or None (never set), got {configured!r}")
+    if env_value == "true":
+        return True
+    if env_value == "false":
+        return False
+    return bool(configured)
 
 
-@dataclass
-class MemoryEstimate:
-    """Training-state memory, split by what holds it. Activations are not included: measure them."""
-
-    params_bytes: int
-    gradient_bytes: int
-    optimizer_bytes: int
-    accumulator_bytes: int
-
-    @property
-    def total_bytes(self) -> int:
-        return self.params_bytes + self.gradient_bytes + self.optimizer_bytes + self.accumulator_bytes
-
-    def rows(self) -> list[tuple[str, int]]:
-        return [("weights", self.params_bytes), ("gradients", self.gradient_bytes),
-                ("optimizer slots", self.optimizer_bytes), ("gradient accumulators", self.accumulator_bytes),
-                ("total", self.total_bytes)]
-
-    def table(self) -> str:
-        return "\n".join(f"{name:<22}{format_bytes(b):>12}" for name, b in self.rows())
-
-    def __str__(self) -> str:
-        return self.table()
+#: GPU memory TensorFlow leaves to the driver and other processes when it takes a GPU without a
+#: memory limit, by compute capability major version (``MinSystemMemory`` in ``gpu_device.cc``),
+#: when at least 2 GiB are free; 225 MiB below that.
+RESERVE_MIB = {6: 500, 7: 1050, 8: 1536, 9: 1800}
 
 
-def _weight_bytes(weights) -> int:
-    total = 0
-    for w in weights:
-        dtype = str(getattr(w.dtype, "name", w.dtype))
-        if dtype not in _DTYPE_BYTES:
-            raise ValueError(f"weight {getattr(w, 'path', w)} has dtype {dtype}, which this estimate does not know")
-        total += math.prod(int(d) for d in w.shape) * _DTYPE_BYTES[dtype]
-    return total
+def default_gpu_limit(free_bytes: int, compute_capability_major: int, reserve_mib: int | None = None) -> int:
+    """Bytes TensorFlow's allocator may use on one GPU when no ``memory_limit`` is set.
 
-
-def training_memory(model, optimizer="adam", *, bytes_per_param: int = 4,
-                    accumulate: bool | None = None) -> MemoryEstimate:
-    """Estimate the memory training holds besides activations.
-
-    Args:
-        model: a built Keras model (its weights are read, trainable and not;
-            only trainable weights get gradients and optimizer state), or a
-            parameter count (all trainable, ``bytes_per_param`` each).
-        optimizer: a Keras optimizer instance or a name (see :data:`SLOTS`).
-        bytes_per_param: bytes per parameter when ``model`` is a count.
-        accumulate: whether gradient accumulators are held (one slot per
-            trainable parameter); default: read the optimizer's
-            ``gradient_accumulation_steps`` (False for a name).
+    TensorFlow asks the driver how much memory is **free** when it creates the
+    device, and keeps a reserve for the driver and other processes: 225 MiB
+    when less than 2 GiB are free, else 500 MiB (compute capability 6.x and
+    older), 1050 MiB (7.x: V100, T4), 1536 MiB (8.x: A100) or 1800 MiB
+    (9.x and newer: H100). ``reserve_mib`` is the variable
+    ``TF_DEVICE_MIN_SYS_MEMORY_IN_MB``, which replaces the reserve when it is
+    not larger than the free memory. Without growth the allocator reserves this
+    whole amount at its first allocation; with growth it is the ceiling the
+    pool may grow to. So a second process on a busy GPU does not fail at start:
+    it gets a limit computed from what is left, and fails when it needs more.
     """
-    _whole("bytes_per_param", bytes_per_param)
-    if accumulate is None:
-        accumulate = bool(getattr(optimizer, "gradient_accumulation_steps", None)) if not isinstance(optimizer, str) \
-            else False
-    if not isinstance(accumulate, bool):
-        raise TypeError(f"accumulate must be True, False or None, got {accumulate!r}")
-    slots = slots_per_param(optimizer)
-    if isinstance(model, int) and not isinstance(model, bool):
-        if model < 0:
-            raise ValueError(f"a parameter count must be >= 0, got {model}")
-        params = trainable = model * bytes_per_param
-    elif hasattr(model, "weights") and hasattr(model, "trainable_weights"):
-        if not model.weights:
-            raise ValueError("the model has no weights yet: give it a keras.Input or call it on a batch first")
-        params, trainable = _weight_bytes(model.weights), _weight_bytes(model.trainable_weights)
+    free = _validate.whole("free_bytes", free_bytes, 0, what="free GPU memory in bytes")
+    cc = _validate.whole("compute_capability_major", compute_capability_major, 1, what="e.g. 7 for a T4")
+    if free < 2**31:
+        reserve = 225 * MiB
     else:
-        raise TypeError(f"model must be a Keras model or a parameter count, got {type(model).__name__}")
-    return MemoryEstimate(params, trainable, slots * trainable, trainable if accumulate else 0)
+        reserve = RESERVE_MIB[min(max(cc, 6), 9)] * MiB
+    limit = free - reserve if reserve < free else free
+    if reserve_mib is not None:
+        forced = _validate.whole("reserve_mib", reserve_mib, 0, what="TF_DEVICE_MIN_SYS_MEMORY_IN_MB")
+        if forced * MiB <= free:
+            limit = free - forced * MiB
+    return limit
 
 
-@dataclass
-class AccumulationPlan:
-    """How to reach an effective batch: ``steps`` micro-batches of ``micro_batch`` per update."""
-
-    effective_batch: int
-    micro_batch: int
-    steps: int
-
-    @property
-    def optimizer_kwargs(self) -> dict:
-        """Keyword arguments for a Keras 3 optimizer (Keras refuses ``gradient_accumulation_steps=1``)."""
-        return {"gradient_accumulation_steps": self.steps} if self.steps > 1 else {}
-
-    def __str__(self) -> str:
-        return (f"effective batch {self.effective_batch} = {self.steps} x {self.micro_batch}"
-                f" -> optimizer(..., {', '.join(f'{k}={v}' for k, v in self.optimizer_kwargs.items()) or 'no accumulation'})")
+#: Fragments of TensorFlow's own log messages about the GPU allocator, looked up by :func:`allocator_messages`.
+_MESSAGES = {
+    "growth overridden": "allow_growth setting because the",
+    "growth forced by the variable": "TF_FORCE_GPU_ALLOW_GROWTH environment variable is set. Original",
+    "growth value not parsed": "The TF_FORCE_GPU_ALLOW_GROWTH environment variable is set but could",
+    "valid growth values": 'Valid values are "true" or "false"',
+    "fragmentation hint": "If the cause is memory fragmentation maybe the environment",
+    "async allocator hint": "TF_GPU_ALLOCATOR=cuda_malloc_async",
+    "regions freed on demand": "Garbage collection: deallocate free memory regions",
+    "why regions are freed": "region to avoid OOM due to memory fragmentation",
+}
 
 
-def accumulation_plan(effective_batch: int, max_batch: int) -> AccumulationPlan:
-    """Fewest accumulation steps whose micro-batch divides ``effective_batch`` and is at most ``max_batch``.
+def _tf_library_paths() -> list[str]:
+    import importlib.util
 
-    The micro-batch must divide the effective batch exactly: with a remainder
-    the last micro-batch would be smaller, and the average of the gradients
-    would no longer equal the gradient of the whole batch.
+    spec = importlib.util.find_spec("tensorflow")
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    root = list(spec.submodule_search_locations)[0]
+    return sorted(glob.glob(os.path.join(root, "libtensorflow_framework*")))
+
+
+def allocator_messages(library: str | None = None) -> dict[str, str]:
+    """TensorFlow's own log messages about GPU memory, read from the installed library.
+
+    The GPU allocator's messages (growth forced by ``TF_FORCE_GPU_ALLOW_GROWTH``,
+    accepted values, the hint to try ``TF_GPU_ALLOCATOR=cuda_malloc_async``
+    against fragmentation, freeing whole regions only to avoid an
+    out-of-memory error) are compiled into ``libtensorflow_framework`` even in
+    the CPU-only wheel. Returns ``{key: message text}`` for the messages found
+    (the text is one piece of a message, as the C++ code writes it); an empty
+    dict when the library cannot be found (another packaging).
     """
-    _whole("effective_batch", effective_batch)
-    _whole("max_batch", max_batch)
-    for steps in range(1, effective_batch + 1):
-        if effective_batch % steps == 0 and effective_batch // steps <= max_batch:
-            return AccumulationPlan(effective_batch, effective_batch // steps, steps)
-    raise AssertionError("unreachable: steps == effective_batch always works")
+    paths = [library] if library is not None else _tf_library_paths()
+    if library is not None:
+        _validate.text("library", library, what="path of libtensorflow_framework")
+        if not os.path.isfile(library):
+            raise ValueError(f"library must be an existing file, got {library!r}")
+    found: dict[str, str] = {}
+    printable = re.compile(rb"[\x20-\x7e]{12,}")
+    for path in paths:
+        with open(path, "rb") as fh:
+            data = fh.read()
+        for key, fragment in _MESSAGES.items():
+            if key in found:
+                continue
+            at = data.find(fragment.encode())
+            if at < 0:
+                continue
+            for m in printable.finditer(data, max(0, at - 200), at + len(fragment) + 200):
+                if m.start() <= at < m.end():
+                    found[key] = m.group().decode().strip()
+                    break
+    return found
 
 
 # --------------------------------------------------------------------------- fresh processes
 
-_PROBE = r"""
-import json, os, sys
+_WATCHED_ENV = ("TF_FORCE_GPU_ALLOW_GROWTH", "TF_GPU_ALLOCATOR", "CUDA_VISIBLE_DEVICES")
 
-def gpu_used_mib():  # what the driver (NVML) says is used on each GPU, or None without a driver
+_PROBE_CODE = r"""
+import os, sys
+
+def nvml():  # [[used MiB, free MiB] per GPU] from the driver (NVML, behind nvidia-smi), or None
     try:
         import pynvml
         pynvml.nvmlInit()
-        return [pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(i)).used // 2**20
-                for i in range(pynvml.nvmlDeviceGetCount())]
+        out = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            m = pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(i))
+            out.append([m.used // 2**20, m.free // 2**20])
+        return out
     except Exception:
         return None
 
-before = gpu_used_mib()
+before = nvml()
 import tensorflow as tf
-out = {"env": {k: os.environ.get(k) for k in ("TF_FORCE_GPU_ALLOW_GROWTH", "CUDA_VISIBLE_DEVICES")},
-       "setup_error": None}
+out = {"setup_error": None}
 try:
     exec(compile(sys.argv[1], "<setup>", "exec"), {"tf": tf})
 except Exception as exc:
     out["setup_error"] = [type(exc).__name__, str(exc)]
+out["env"] = {k: os.environ.get(k) for k in %(watched)r}  # after setup: what TensorFlow reads at device creation
 gpus = tf.config.list_physical_devices("GPU")
 out["memory_growth"] = [tf.config.experimental.get_memory_growth(g) for g in gpus]
+out["compute_capability"] = [list(tf.config.experimental.get_device_details(g).get("compute_capability") or [])
+                             for g in gpus]
 x = tf.ones((256, 256))
 float(tf.reduce_sum(x @ x))  # start the runtime and run one op
 out["logical"] = [d.name for d in tf.config.list_logical_devices()]
 out["gpu_tf_bytes"] = [int(tf.config.experimental.get_memory_info(d.name)["current"])
                        for d in tf.config.list_logical_devices("GPU")]
-after = gpu_used_mib()
-out["gpu_process_mib"] = [int(a - b) for a, b in zip(after, before)] if before and after else None
-print("GPUCOURSE_JSON " + json.dumps(out))
-"""
+out["gpu_limit_bytes"] = []
+if gpus:  # the devices exist already: device_lib reuses their allocators and reports their limits
+    from tensorflow.python.client import device_lib
+    out["gpu_limit_bytes"] = [int(d.memory_limit) for d in device_lib.list_local_devices()
+                              if d.device_type == "GPU"]
+after = nvml()
+out["gpu_free_mib_before"] = [f for _, f in before] if before else None
+out["gpu_process_mib"] = [int(a[0] - b[0]) for a, b in zip(after, before)] if before and after else None
+emit(out)
+""" % {"watched": _WATCHED_ENV}
 
 
 @dataclass
 class ProbeResult:
     """What a fresh TensorFlow process did with some settings (see :func:`fresh_process_probe`)."""
 
-    env: dict
+    env: dict  # the probe's own TF_FORCE_GPU_ALLOW_GROWTH, TF_GPU_ALLOCATOR, CUDA_VISIBLE_DEVICES (None: unset)
     setup_error: tuple[str, str] | None
-    memory_growth: list[bool | None]  # None: never set from Python (the environment variable does not show here)
+    memory_growth: list[bool | None]  # per GPU, as set from Python (None: never set; the variable does not show)
     logical: list[str]
-    gpu_tf_bytes: list[int]
+    gpu_tf_bytes: list[int]  # per logical GPU: bytes of tensors TensorFlow holds
+    gpu_limit_bytes: list[int]  # per logical GPU: the allocator's limit
+    gpu_free_mib_before: list[int] | None  # per GPU: free MiB (NVML) before the probe imported TensorFlow
     gpu_process_mib: list[int] | None  # per GPU: rise of the driver's "used" MiB while this process ran
+    compute_capability: list[list[int]]  # per physical GPU: [major, minor]
+
+    @property
+    def growth(self) -> bool | None:
+        """Whether the probe's GPU allocators grew (:func:`resolve_growth`); None without a GPU."""
+        if not self.memory_growth:
+            return None
+        flags = {g for g in self.memory_growth if g is not None}
+        return resolve_growth(self.env.get("TF_FORCE_GPU_ALLOW_GROWTH"), flags.pop() if len(flags) == 1 else None)
 
     def __str__(self) -> str:
-        env = ", ".join(f"{k}={v!r}" for k, v in self.env.items() if v is not None) or "(none of ours)"
+        env = ", ".join(f"{k}={v!r}" for k, v in self.env.items() if v is not None) or "none of them set"
         err = "none" if self.setup_error is None else f"{self.setup_error[0]}: {self.setup_error[1]}"
-        gpu = ("no GPU" if not self.memory_growth else
-               f"memory growth {self.memory_growth}, tensors {[format_bytes(b) for b in self.gpu_tf_bytes]}, "
-               f"process took {self.gpu_process_mib} MiB per GPU (NVML)")
-        return (f"env: {env}\nsetup error: {err}\nlogical devices: {len(self.logical)}\nGPU: {gpu}")
+        if not self.memory_growth:
+            gpu = "none visible"
+        else:
+            gpu = (f"growth {'on' if self.growth else 'off'} (flags set from Python: {self.memory_growth}); "
+                   f"limit {[format_bytes(b) for b in self.gpu_limit_bytes]}; "
+                   f"tensors {[format_bytes(b) for b in self.gpu_tf_bytes]}; "
+                   f"the process took {self.gpu_process_mib} MiB per GPU (NVML)")
+        return (f"environment of the probe: {env}\nsetup error: {err}\n"
+                f"logical devices: {len(self.logical)}\nGPU: {gpu}")
 
 
-def fresh_process_probe(env: dict | None = None, setup: str = "", timeout: float = 180) -> ProbeResult:
+def fresh_process_probe(env: Mapping[str, str] | None = None, setup: str = "", timeout: float = 180) -> ProbeResult:
     """Start a fresh Python, run ``setup`` before TensorFlow initialises, then one op, and report.
 
     ``setup`` is Python code with ``tf`` in scope, e.g.
     ``"for g in tf.config.list_physical_devices('GPU'): tf.config.experimental.set_memory_growth(g, True)"``.
-    An exception it raises is reported, not re-raised. ``env`` adds
-    environment variables (``TF_FORCE_GPU_ALLOW_GROWTH``, ...), which are read
-    only when a process starts TensorFlow. On a GPU the result includes how
-    much the driver's (NVML's) "used" memory rose while the process started
-    TensorFlow and ran one op: with memory growth, the CUDA context plus what
-    the op needed; without, most of the GPU. Another process allocating on the
-    same GPU at the same moment would disturb that number.
+    An exception it raises is reported, not re-raised. The probe inherits this
+    kernel's environment **without** the variables the course's setup cell set
+    on your behalf (``TF_FORCE_GPU_ALLOW_GROWTH``), so with ``env=None`` it
+    shows TensorFlow's own default; ``env`` adds variables, which TensorFlow
+    reads only when a process creates its devices. On a GPU the result says
+    how much the driver's (NVML's) "used" memory rose while the process
+    started TensorFlow and ran one op, and each GPU allocator's limit. Another
+    process allocating on the same GPU at the same moment would disturb the rise.
     """
-    if env is not None and (not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str)
-                                                                   for k, v in env.items())):
-        raise TypeError("env must be a dict of str -> str, e.g. {'TF_FORCE_GPU_ALLOW_GROWTH': 'true'}")
+    env = _validate.env_vars("env", env)
     if not isinstance(setup, str):
-        raise TypeError(f"setup must be Python source code as a string, got {type(setup).__name__}")
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
-        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
-    full = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **(env or {}))
-    proc = subprocess.run([sys.executable, "-c", _PROBE, setup], env=full, capture_output=True, text=True,
-                          timeout=timeout)
-    for line in proc.stdout.splitlines():
-        if line.startswith("GPUCOURSE_JSON "):
-            d = json.loads(line.split(" ", 1)[1])
-            err = tuple(d["setup_error"]) if d["setup_error"] else None
-            return ProbeResult(d["env"], err, d["memory_growth"], d["logical"], d["gpu_tf_bytes"],
-                               d["gpu_process_mib"])
-    raise RuntimeError(f"the fresh process failed (exit {proc.returncode}): {proc.stderr.strip()[-800:]}")
+        raise TypeError(f"setup must be Python source code as a string, got {setup!r} of type "
+                        f"{type(setup).__name__}")
+    _validate.seconds("timeout", timeout, allow_zero=False)
+    d = _probe.run(_PROBE_CODE, setup, env=env, timeout=timeout, label="memory probe")
+    err = tuple(d["setup_error"]) if d["setup_error"] else None
+    return ProbeResult(d["env"], err, d["memory_growth"], d["logical"], d["gpu_tf_bytes"], d["gpu_limit_bytes"],
+                       d["gpu_free_mib_before"], d["gpu_process_mib"], d["compute_capability"])
+
+
+# --------------------------------------------------------------------------- estimates from counts
+
+
+@dataclass
+class MemoryEstimate:
+    """Memory split by what holds it, as ``{part: bytes}`` in a fixed order."""
+
+    parts: dict
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(self.parts.values())
+
+    def __getitem__(self, part: str) -> int:
+        return self.parts[part]
+
+    def rows(self) -> list[tuple[str, int]]:
+        return list(self.parts.items()) + [("total", self.total_bytes)]
+
+    def table(self) -> str:
+        return "\n".join(f"{name:<26}{format_bytes(b):>12}" for name, b in self.rows())
+
+    def __str__(self) -> str:
+        return self.table()
+
+
+def estimate_state(params: int, slots: int, *, trainable: int | None = None, bytes_per_value: int = 4,
+                   accumulate: bool = False) -> MemoryEstimate:
+    """The training state of ``params`` parameters, before a single activation.
+
+    Args:
+        params: number of parameters (all weights, trainable or not).
+        slots: parameter-sized variables the optimizer keeps per trainable
+            parameter, e.g. 0 for plain SGD, 1 for SGD with momentum, 2 for Adam.
+        trainable: how many of the parameters are trainable (default: all);
+            only those get a gradient, optimizer slots and an accumulator.
+        bytes_per_value: 4 for float32 weights (also under mixed precision, whose
+            variables stay float32), 2 for float16/bfloat16 weights.
+        accumulate: whether gradient accumulators are held
+            (``gradient_accumulation_steps`` > 1: one more slot).
+    """
+    params = _validate.whole("params", params, 0, what="a number of parameters")
+    slots = _validate.whole("slots", slots, 0, what="parameter-sized optimizer variables, e.g. 2 for Adam")
+    trainable = params if trainable is None else _validate.whole("trainable", trainable, 0, params)
+    nbytes = _validate.whole("bytes_per_value", bytes_per_value, 1, 8, what="4 for float32")
+    if not isinstance(accumulate, bool):
+        raise TypeError(f"accumulate must be True or False, got {accumulate!r}")
+    return MemoryEstimate({
+        "weights": params * nbytes,
+        "gradients": trainable * nbytes,
+        "optimizer slots": slots * trainable * nbytes,
+        "gradient accumulators": trainable * nbytes if accumulate else 0,
+    })

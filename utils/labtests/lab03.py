@@ -1,194 +1,317 @@
 """Lab 03 (memory): public tests.
 
-Every test builds fresh inputs: random Keras models and optimizers (q1, the
-expected bytes are read from the optimizer Keras really builds), random fake
-memory models that may raise an out-of-memory error (q2), random batch sizes
-(q3), and random data whose reference training is done in NumPy (q4).
+Each item is split in three (see :mod:`gpucourse.grading.items`): ``cases``
+draws fresh inputs on the grader's side, ``observe`` calls the learner's
+function in the learner's kernel and returns plain data, and ``judge``
+computes the expected answer on the grader's side:
+
+* q1: random Keras models (with BatchNormalization, in float32 and in float16
+  or float64) and every Keras 3 optimizer that keeps per-parameter state; the
+  judge rebuilds the model and the optimizer with Keras and counts what Keras
+  really allocates.
+* q2: random memory models (batch -> bytes) that may raise an out-of-memory
+  error; the judge knows the formula.
+* q3: random (effective batch, largest micro-batch) pairs.
+* q4: random data and initial weights; the judge trains the same linear model
+  with plain SGD in NumPy.
+* q5: random GPU sizes, splits and reserves; the judge does the arithmetic in MiB.
 """
 
 from __future__ import annotations
 
 import math
-import random
 
-from gpucourse.grading.items import Fail, expect_raises, item
+from gpucourse.grading.items import Fail, expect_raised, item, outcome
+
+MiB = 2**20
+
+
+def _type_name(value) -> str:
+    return "bool" if isinstance(value, bool) else type(value).__name__
 
 
 # --------------------------------------------------------------------------- q1
 
+#: (label, optimizer class, keyword arguments); every Keras 3 optimizer that keeps per-parameter state,
+#: with the options that add state. Classes missing from an older Keras are skipped.
+_OPTIMIZERS = [
+    ("SGD()", "SGD", {}),
+    ("SGD(momentum=0.9)", "SGD", {"momentum": 0.9}),
+    ("SGD(momentum=0.9, nesterov=True)", "SGD", {"momentum": 0.9, "nesterov": True}),
+    ("Adam()", "Adam", {}),
+    ("Adam(amsgrad=True)", "Adam", {"amsgrad": True}),
+    ("AdamW()", "AdamW", {}),
+    ("AdamW(amsgrad=True)", "AdamW", {"amsgrad": True}),
+    ("RMSprop()", "RMSprop", {}),
+    ("RMSprop(momentum=0.9)", "RMSprop", {"momentum": 0.9}),
+    ("RMSprop(centered=True)", "RMSprop", {"centered": True}),
+    ("RMSprop(momentum=0.5, centered=True)", "RMSprop", {"momentum": 0.5, "centered": True}),
+    ("Adagrad()", "Adagrad", {}),
+    ("Adadelta()", "Adadelta", {}),
+    ("Adamax()", "Adamax", {}),
+    ("Nadam()", "Nadam", {}),
+    ("Ftrl()", "Ftrl", {}),
+    ("Lion()", "Lion", {}),
+    ("Lamb()", "Lamb", {}),
+    ("Adafactor()", "Adafactor", {}),
+    ("Muon()", "Muon", {}),
+]
 
-def _random_model(rng: random.Random, dtype: str = "float32", force_bn: bool = False):
-    import keras
 
-    d_in = rng.randint(3, 12)
-    layers = [keras.Input((d_in,))]
+def _model_spec(rng, dtype: str) -> dict:
     n_hidden = rng.randint(1, 3)
-    bn_at = rng.randrange(n_hidden) if force_bn else -1
-    for i in range(n_hidden):
-        layers.append(keras.layers.Dense(rng.randint(2, 16), use_bias=rng.random() < 0.8, dtype=dtype))
-        if i == bn_at or rng.random() < 0.6:
-            layers.append(keras.layers.BatchNormalization(dtype=dtype))  # non-trainable moving statistics
-    layers.append(keras.layers.Dense(rng.randint(1, 4), dtype=dtype))
-    return keras.Sequential(layers), d_in
+    bn_at = rng.randrange(n_hidden)  # at least one BatchNormalization: non-trainable moving statistics
+    hidden = [{"units": rng.randint(2, 16), "bias": rng.random() < 0.8, "bn": i == bn_at or rng.random() < 0.4}
+              for i in range(n_hidden)]
+    return {"d_in": rng.randint(3, 12), "hidden": hidden, "out": rng.randint(1, 4), "dtype": dtype}
 
 
-def _optimizers(rng: random.Random):
+def _build_model(spec: dict):
     import keras
 
-    O = keras.optimizers
-    acc = rng.randint(2, 6)
-    return [
-        ("SGD()", O.SGD()),
-        ("SGD(momentum=0.9)", O.SGD(momentum=0.9)),
-        ("Adam()", O.Adam()),
-        ("Adam(amsgrad=True)", O.Adam(amsgrad=True)),
-        ("RMSprop(centered=True)", O.RMSprop(centered=True)),
-        ("Adagrad()", O.Adagrad()),
-        (f"Adam(gradient_accumulation_steps={acc})", O.Adam(gradient_accumulation_steps=acc)),
-        (f"SGD(gradient_accumulation_steps={acc})", O.SGD(gradient_accumulation_steps=acc)),
-    ]
+    dtype = spec["dtype"]
+    layers = [keras.Input((spec["d_in"],))]
+    for h in spec["hidden"]:
+        layers.append(keras.layers.Dense(h["units"], use_bias=h["bias"], dtype=dtype))
+        if h["bn"]:
+            layers.append(keras.layers.BatchNormalization(dtype=dtype))
+    layers.append(keras.layers.Dense(spec["out"], dtype=dtype))
+    return keras.Sequential(layers)
 
 
-def _truth(model, optimizer) -> int:
-    """Weights + gradients + the per-parameter state this optimizer really allocates (scalars excluded)."""
+def _build_optimizer(opt: dict):
+    import keras
+
+    return getattr(keras.optimizers, opt["cls"])(**opt["kwargs"])
+
+
+def _nbytes(variables, itemsize: int | None = None) -> int:
     import numpy as np
 
-    size = lambda vs: sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in vs)  # noqa: E731
-    optimizer.build(model.trainable_variables)
-    state = size([v for v in optimizer.variables if len(v.shape)])
-    return size(model.weights) + size(model.trainable_weights) + state
+    return sum(int(np.prod(v.shape)) * (itemsize or np.dtype(v.dtype).itemsize) for v in variables)
 
 
 @item("q1", points=2, title="training_state_bytes counts weights, gradients and optimizer state")
-def q1(ns):
-    import keras
+class q1:
+    def cases(rng):
+        import keras
 
-    fn = ns.function("training_state_bytes")
-    rng = random.Random()
-    # One float32 model with BatchNormalization (non-trainable weights), one in another dtype (bytes per value).
-    for dtype, force_bn in (("float32", True), (rng.choice(["float64", "float16"]), False)):
-        model, d_in = _random_model(rng, dtype, force_bn)
-        for label, opt in _optimizers(rng):
-            fresh = keras.optimizers.deserialize(keras.optimizers.serialize(opt))  # unbuilt copy for the learner
-            got = fn(model, fresh)
-            want = _truth(model, opt)
-            if isinstance(got, bool) or not isinstance(got, int):
-                raise Fail(f"training_state_bytes should return an int number of bytes, got {got!r}")
-            if got != want:
-                shapes = [tuple(w.shape) for w in model.weights]
-                raise Fail(f"for a {dtype} model with weights {shapes} ({model.count_params()} parameters, "
-                           f"{sum(math.prod(w.shape) for w in model.trainable_weights)} trainable) and "
-                           f"keras.optimizers.{label}, expected {want} bytes, got {got}")
+        acc = rng.randint(2, 6)
+        opts = [(label, cls, kw) for label, cls, kw in _OPTIMIZERS if hasattr(keras.optimizers, cls)]
+        opts += [(f"Adam(gradient_accumulation_steps={acc})", "Adam", {"gradient_accumulation_steps": acc}),
+                 (f"SGD(gradient_accumulation_steps={acc})", "SGD", {"gradient_accumulation_steps": acc}),
+                 (f"RMSprop(momentum=0.9, gradient_accumulation_steps={acc})", "RMSprop",
+                  {"momentum": 0.9, "gradient_accumulation_steps": acc})]
+        opts = [{"label": label, "cls": cls, "kwargs": kw} for label, cls, kw in opts]
+        rng.shuffle(opts)
+        # Every optimizer once, split between a float32 model and a float16 or float64 one (bytes per value).
+        half = len(opts) // 2
+        return [{"model": _model_spec(rng, "float32"), "optimizers": opts[:half]},
+                {"model": _model_spec(rng, rng.choice(["float16", "float64"])), "optimizers": opts[half:]}]
+
+    def observe(ns, case):
+        fn = ns.function("training_state_bytes")
+        model = _build_model(case["model"])
+        got = []
+        for opt in case["optimizers"]:
+            value = fn(model, _build_optimizer(opt))  # a fresh, unbuilt optimizer each time
+            got.append({"got": value, "type": _type_name(value)})
+        return {"results": got}
+
+    def judge(case, seen):
+        model = _build_model(case["model"])
+        weights, grads = _nbytes(model.weights), _nbytes(model.trainable_weights)
+        frozen = weights - grads
+        dtype = case["model"]["dtype"]
+        shapes = [tuple(w.shape) for w in model.weights]
+        for opt, res in zip(case["optimizers"], seen["results"]):
+            got, label = res["got"], opt["label"]
+            if res["type"] not in ("int", "int64", "int32"):
+                raise Fail(f"training_state_bytes should return a whole number of bytes (int), got {got!r} "
+                           f"({res['type']}) for keras.optimizers.{label}")
+            optimizer = _build_optimizer(opt)
+            optimizer.build(model.trainable_variables)
+            state = [v for v in optimizer.variables if len(v.shape)]
+            scalars = [v for v in optimizer.variables if not len(v.shape)]
+            accumulators = [v for v in state if "gradient_accumulator" in v.path]
+            slots = _nbytes(state)
+            want = weights + grads + slots
+            if got == want:
+                continue
+            where = (f"for a {dtype} model with weights {shapes} ({weights} bytes, {grads} of them trainable) and "
+                     f"keras.optimizers.{label}")
+            if got == want - grads and accumulators:  # an accumulator has exactly the gradients' size
+                hint = ("You left out the gradients (one per trainable weight) or the gradient accumulator (with "
+                        "gradient_accumulation_steps the optimizer keeps one more parameter-sized variable per "
+                        "trainable weight): they take the same bytes.")
+            elif got == want - grads:
+                hint = "You left out the gradients: every trainable weight gets one, of the same size."
+            elif frozen and got == want - frozen:
+                hint = ("You left out the non-trainable weights (BatchNormalization's moving mean and variance): "
+                        "count all of model.weights, and gradients for model.trainable_weights only.")
+            elif frozen and got == want + frozen:
+                hint = "Only trainable weights get gradients: count them over model.trainable_weights, not model.weights."
+            elif scalars and got == want + _nbytes(scalars):
+                hint = ("You counted the optimizer's scalar variables (iteration counter, learning rate): count only "
+                        "its per-parameter state, the variables with a shape.")
+            elif dtype != "float32" and got == _nbytes(model.weights, 4) + _nbytes(model.trainable_weights, 4) \
+                    + _nbytes(state, 4):
+                hint = (f"You assumed 4 bytes per value; these weights are {dtype}: use each variable's dtype "
+                        "(np.dtype(v.dtype).itemsize).")
+            else:
+                hint = (f"Expected {weights} (weights) + {grads} (gradients) + {slots} (optimizer state) bytes; "
+                        f"build a copy of the optimizer on the trainable weights and look at its variables.")
+            raise Fail(f"{where}: expected {want} bytes, got {got}. {hint}")
 
 
 # --------------------------------------------------------------------------- q2
 
 
-def _fake_memory(rng: random.Random):
-    """A fresh memory model batch -> bytes, with an OOM error far above the budget; plus its parameters."""
-    import tensorflow as tf
-
-    fixed = rng.randint(10, 500) * 2**20
-    per = rng.randint(20, 4000) * 2**10
-    quad = rng.choice([0, 0, rng.randint(1, 64)])  # attention-like term in some models
-    capacity = None
-    calls: list[int] = []
-
-    def peak_bytes(n):
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise Fail(f"peak_bytes must be called with a whole batch size >= 1, it was called with {n!r}")
-        calls.append(n)
-        used = fixed + per * n + quad * n * n
-        if capacity is not None and used > capacity:
-            raise tf.errors.ResourceExhaustedError(None, None, f"OOM when allocating tensor for batch {n}")
-        return used
-
-    def set_capacity(c):
-        nonlocal capacity
-        capacity = c
-
-    return peak_bytes, calls, (fixed, per, quad), set_capacity
+def _need(params: dict, n: int) -> int:
+    return params["fixed"] + params["per"] * n + params["quad"] * n * n
 
 
 @item("q2", points=3, title="largest_batch finds the biggest batch within budget in few measurements")
-def q2(ns):
-    import tensorflow as tf
+class q2:
+    def cases(rng):
+        out = []
+        for k in range(7):
+            p = {"fixed": rng.randint(10, 500) * MiB, "per": rng.randint(20, 4000) * 1024,
+                 "quad": rng.choice([0, 0, rng.randint(1, 64)])}  # an attention-like term in some models
+            max_batch = rng.choice([rng.randint(2, 64), rng.randint(500, 20000)])
+            if k == 1:  # everything up to max_batch fits, and bigger batches too
+                max_batch = rng.randint(40, 3000)
+                target = max_batch + rng.randint(max_batch, 4 * max_batch)
+            elif k in (0, 3):  # some measured batch is over the budget (k == 0), the answer is >= 2 (k == 3)
+                max_batch = max(max_batch, 3)
+                target = rng.randint(2, max_batch - 1)
+            else:
+                target = rng.randint(1, max_batch)
+            # k == 3: the budget is exactly the peak of the answer (it fits: <=).
+            budget = _need(p, target) + (0 if k == 3 else rng.randint(0, p["per"] - 1))
+            # k == 0: every batch over the budget raises ResourceExhaustedError instead of returning a number.
+            capacity = {0: budget, 2: budget + rng.randint(1, 3) * p["per"] * max(1, target // 4)}.get(k)
+            out.append({**p, "max_batch": max_batch, "budget": budget, "capacity": capacity})
+        p = {"fixed": rng.randint(10, 500) * MiB, "per": rng.randint(20, 4000) * 1024, "quad": 0}
+        out.append({**p, "max_batch": rng.randint(100, 5000), "budget": p["fixed"] // 2, "capacity": None})
+        return out
 
-    fn = ns.function("largest_batch")
-    rng = random.Random()
-    for case in range(6):
-        peak_bytes, calls, (fixed, per, quad), set_capacity = _fake_memory(rng)
-        max_batch = rng.choice([rng.randint(2, 64), rng.randint(500, 20000)])
-        target = rng.randint(1, max_batch) if case != 1 else max_batch + rng.randint(0, 50)
-        # case 3: the budget is exactly peak_bytes(target) (it fits: <=); case 0: every batch over the
-        # budget raises ResourceExhaustedError instead of returning a number.
-        budget = fixed + per * target + quad * target * target + (0 if case == 3 else rng.randint(0, per - 1))
-        capacity = budget if case == 0 else budget + rng.randint(1, 3) * per * max(1, target // 4)
-        set_capacity(capacity if case % 2 == 0 else None)
-        need = lambda n: fixed + per * n + quad * n * n  # noqa: E731
-        want = max(n for n in range(1, max_batch + 1) if need(n) <= budget)
-        desc = (f"peak_bytes(n) = {fixed} + {per}*n" + (f" + {quad}*n^2" if quad else "")
-                + f", budget {budget}, max_batch {max_batch}")
-        try:
-            got = fn(peak_bytes, budget, max_batch)
-        except tf.errors.ResourceExhaustedError as exc:
-            raise Fail(f"for {desc}: peak_bytes raised ResourceExhaustedError ({exc.message}) and your function "
-                       "let it escape: catch it and treat that batch as 'does not fit'")
+    def observe(ns, case):
+        import tensorflow as tf
+
+        fn = ns.function("largest_batch")
+        calls, bad = [], []
+
+        def peak_bytes(n):
+            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+                bad.append(repr(n))
+                raise TypeError(f"a batch size must be a whole number >= 1, got {n!r}")
+            calls.append(n)
+            used = _need(case, n)
+            if case["capacity"] is not None and used > case["capacity"]:
+                raise tf.errors.ResourceExhaustedError(None, None, f"OOM when allocating tensor for batch {n}")
+            return used
+
+        result = outcome(lambda: fn(peak_bytes, case["budget"], case["max_batch"]))
+        return {"result": result, "calls": len(calls), "bad": bad[:3], "type": _type_name(result.get("value"))}
+
+    def judge(case, seen):
+        mx, budget = case["max_batch"], case["budget"]
+        desc = (f"peak_bytes(n) = {case['fixed']} + {case['per']}*n" + (f" + {case['quad']}*n^2" if case["quad"] else "")
+                + f", budget {budget}, max_batch {mx}")
+        res = seen["result"]
+        if seen["bad"]:
+            raise Fail(f"for {desc}: you called peak_bytes({seen['bad'][0]}); a batch size is a whole number >= 1 "
+                       "(bisect with //, not /)")
+        if res.get("raised") == "ResourceExhaustedError":
+            raise Fail(f"for {desc}: peak_bytes raised ResourceExhaustedError ({res['message'][:80]}) and your "
+                       "function let it escape: catch tf.errors.ResourceExhaustedError and treat that batch as "
+                       "'does not fit'")
+        if _need(case, 1) > budget:
+            return expect_raised(res, f"for {desc}, largest_batch", "not even a batch of 1 fits the budget")
+        if "raised" in res:
+            raise Fail(f"for {desc}: your function raised {res['raised']}: {res['message']}")
+        lo, hi = 1, mx  # the answer by bisection on the (increasing) formula
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if _need(case, mid) <= budget else (lo, mid - 1)
+        want = lo
+        got = res["value"]
+        if seen["type"] not in ("int", "int64", "int32"):
+            raise Fail(f"for {desc}: largest_batch should return a whole number (int), got {got!r}")
+        if got > mx:
+            raise Fail(f"for {desc}: returned {got}, more than max_batch={mx}; the answer is at most max_batch")
         if got != want:
-            raise Fail(f"for {desc}: expected {want}, got {got!r}")
-        allowed = 2 * math.ceil(math.log2(max_batch)) + 2
-        if len(calls) > allowed:
-            raise Fail(f"for {desc}: found {got} but called peak_bytes {len(calls)} times; each call is a real "
-                       f"training step, so at most {allowed} (about 2*log2(max_batch)) are allowed")
-    # Nothing fits: not even a batch of 1.
-    peak_bytes, calls, (fixed, per, quad), _ = _fake_memory(rng)
-    try:
-        got = fn(peak_bytes, fixed // 2, 1000)
-    except ValueError:
-        pass
-    except Exception as exc:
-        raise Fail(f"when even batch 1 needs more than the budget, raise ValueError; you raised "
-                   f"{type(exc).__name__}: {exc}")
-    else:
-        raise Fail(f"with budget {fixed // 2} bytes even batch 1 ({fixed + per + quad} bytes) does not fit: raise "
-                   f"ValueError instead of returning {got!r}")
+            hint = ""
+            if got == want - 1 and _need(case, want) == budget:
+                hint = (f" peak_bytes({want}) is exactly the budget, and a peak equal to the budget fits: "
+                        "compare with <=, not <.")
+            raise Fail(f"for {desc}: expected {want}, got {got}.{hint}")
+        allowed = 2 * math.ceil(math.log2(mx)) + 2 if mx > 1 else 2
+        if seen["calls"] > allowed:
+            raise Fail(f"for {desc}: found {got} but called peak_bytes {seen['calls']} times; each call is a real "
+                       f"training step, so at most {allowed} (about 2*log2(max_batch)) are allowed: double the batch "
+                       "until it does not fit, then bisect")
 
 
 # --------------------------------------------------------------------------- q3
 
 
 @item("q3", points=2, title="accumulation_plan reaches the effective batch in the fewest steps")
-def q3(ns):
-    fn = ns.function("accumulation_plan")
-    rng = random.Random()
-    cases = [(256, 256), (256, 100), (96, 40), (7, 3), (1, 1)]
-    cases += [(rng.randint(2, 1024), rng.randint(1, 300)) for _ in range(40)]
-    for eff, mx in cases:
-        want_steps = next(s for s in range(1, eff + 1) if eff % s == 0 and eff // s <= mx)
-        got = fn(eff, mx)
-        if not (isinstance(got, tuple) and len(got) == 2 and all(isinstance(v, int) for v in got)):
-            raise Fail(f"accumulation_plan should return a tuple (micro_batch, steps) of ints, got {got!r}")
+class q3:
+    def cases(rng):
+        pairs = [(256, 256), (256, 100), (96, 40), (7, 3), (1, 1), (12, 5)]
+        pairs += [(rng.randint(2, 1024), rng.randint(1, 300)) for _ in range(30)]
+        return [{"effective": e, "max": m} for e, m in pairs] + [{"effective": e, "max": m, "bad": True}
+                                                                for e, m in [(0, 8), (8, 0), (-4, 2)]]
+
+    def observe(ns, case):
+        fn = ns.function("accumulation_plan")
+        res = outcome(lambda: fn(case["effective"], case["max"]))
+        value = res.get("value")
+        kinds = [_type_name(v) for v in value] if isinstance(value, (list, tuple)) else None
+        return {"result": res, "kinds": kinds}
+
+    def judge(case, seen):
+        eff, mx, res = case["effective"], case["max"], seen["result"]
+        call = f"accumulation_plan({eff}, {mx})"
+        if case.get("bad"):
+            return expect_raised(res, call, "batch sizes must be >= 1")
+        if "raised" in res:
+            raise Fail(f"{call} raised {res['raised']}: {res['message']}")
+        got, kinds = res["value"], seen["kinds"]
+        if kinds is None or len(kinds) != 2 or any(k not in ("int", "int64", "int32") for k in kinds):
+            raise Fail(f"accumulation_plan should return a tuple (micro_batch, steps) of two ints, got {got!r}")
         micro, steps = got
+        want_steps = next(s for s in range(1, eff + 1) if eff % s == 0 and eff // s <= mx)
+        want = [eff // want_steps, want_steps]
+        if got == want:
+            return
+        if [steps, micro] == want:  # either swapped, or a valid plan with too many steps: say both
+            raise Fail(f"{call} returned {tuple(got)}. If you meant (steps, micro_batch), return (micro_batch, "
+                       f"steps) instead. Read as (micro_batch, steps), it takes {steps} steps where {want[1]} "
+                       f"step(s) of {want[0]} also add up and fit: fewer steps means fewer, larger micro-batches.")
         if micro * steps != eff:
-            raise Fail(f"accumulation_plan({eff}, {mx}) returned micro_batch={micro}, steps={steps}: "
-                       f"{micro} x {steps} = {micro * steps}, not the effective batch {eff}")
+            raise Fail(f"{call} returned micro_batch={micro}, steps={steps}: {micro} x {steps} = {micro * steps}, "
+                       f"not the effective batch {eff}; the micro-batch must divide it exactly")
         if micro > mx:
-            raise Fail(f"accumulation_plan({eff}, {mx}) returned micro_batch={micro}, more than max_batch={mx}")
-        if steps != want_steps:
-            raise Fail(f"accumulation_plan({eff}, {mx}) returned {steps} steps; {want_steps} step(s) of "
-                       f"{eff // want_steps} also add up and fit, and fewer steps means fewer, larger micro-batches")
-    for bad in [(0, 8), (8, 0), (-4, 2)]:
-        expect_raises(lambda: fn(*bad), f"accumulation_plan{bad}", "batch sizes must be >= 1")
+            raise Fail(f"{call} returned micro_batch={micro}, more than max_batch={mx}: accumulate over several "
+                       "smaller micro-batches")
+        raise Fail(f"{call} returned {steps} steps; {want_steps} step(s) of {eff // want_steps} also add up and fit, "
+                   "and fewer steps means fewer, larger micro-batches")
 
 
 # --------------------------------------------------------------------------- q4
 
 
 def _reference_sgd(w, b, x, y, lr, batch):
-    """Plain mini-batch SGD on a linear model with mean-squared-error loss, in NumPy."""
-    w, b = w.astype("float64").copy(), b.astype("float64").copy()
+    """Plain mini-batch SGD on a linear model with mean-squared-error loss, in NumPy (float64)."""
+    import numpy as np
+
+    w, b = np.array(w, "float64"), np.array(b, "float64")
+    x, y = np.array(x, "float64"), np.array(y, "float64")
     for i in range(0, len(x), batch):
-        xb, yb = x[i:i + batch].astype("float64"), y[i:i + batch].astype("float64")
+        xb, yb = x[i:i + batch], y[i:i + batch]
         err = xb @ w + b - yb
         w -= lr * 2 * xb.T @ err / err.size
         b -= lr * 2 * err.sum(axis=0) / err.size
@@ -196,58 +319,143 @@ def _reference_sgd(w, b, x, y, lr, batch):
 
 
 @item("q4", points=3, title="train_with_accumulation matches one big-batch step per effective batch")
-def q4(ns):
-    import keras
-    import numpy as np
-    import tensorflow as tf
+class q4:
+    def cases(rng):
+        out = []
+        for micro, steps in [(rng.randint(2, 8), rng.randint(2, 4)), (rng.randint(4, 12), 1)]:
+            d, eff = rng.randint(3, 8), micro * steps
+            n = eff * rng.randint(2, 3)
+            true_w = [rng.gauss(0, 1) for _ in range(d)]
+            x = [[round(rng.gauss(0, 1), 4) for _ in range(d)] for _ in range(n)]
+            y = [[round(sum(a * t for a, t in zip(row, true_w)) + rng.gauss(0, 1), 4)] for row in x]
+            out.append({"micro": micro, "effective": eff, "lr": 0.05, "x": x, "y": y,
+                        "w0": [[round(rng.uniform(-0.5, 0.5), 4)] for _ in range(d)], "b0": [0.0]})
+        out.append({"micro": 5, "effective": 12, "lr": 0.1, "bad": True,
+                    "x": [[0.0, 0.0]] * 12, "y": [[0.0]] * 12, "w0": [[0.1], [0.2]], "b0": [0.0]})
+        return out
 
-    fn = ns.function("train_with_accumulation")
-    rng = np.random.default_rng()
-    for micro, steps in [(int(rng.integers(2, 9)), int(rng.integers(2, 5))), (int(rng.integers(4, 12)), 1)]:
-        eff = micro * steps
-        d = int(rng.integers(3, 9))
-        n = eff * int(rng.integers(2, 4))
-        x = rng.normal(size=(n, d)).astype("float32")
-        y = (x @ rng.normal(size=(d, 1)) + rng.normal(size=(n, 1))).astype("float32")
-        lr = 0.05
-        model = keras.Sequential([keras.Input((d,)), keras.layers.Dense(1)])
-        w0, b0 = (v.copy() for v in model.get_weights())
+    def observe(ns, case):
+        import keras
+        import numpy as np
+        import tensorflow as tf
+
+        fn = ns.function("train_with_accumulation")
+        x, y = np.array(case["x"], "float32"), np.array(case["y"], "float32")
+        model = keras.Sequential([keras.Input((x.shape[1],)), keras.layers.Dense(1)])
+        model.set_weights([np.array(case["w0"], "float32"), np.array(case["b0"], "float32")])
+        if case.get("bad"):
+            return {"result": outcome(lambda: fn(model, x, y, case["micro"], case["effective"], case["lr"]))}
         # On Ampere and newer GPUs float32 matmuls default to TF32 (10 mantissa bits), which misses the
-        # float64 reference below by more than 1e-4 about one time in five: grade full float32 arithmetic.
+        # float64 reference by more than 1e-4 about one time in five: grade full float32 arithmetic.
         tf32 = tf.config.experimental.tensor_float_32_execution_enabled()
         tf.config.experimental.enable_tensor_float_32_execution(False)
         try:
-            out = fn(model, x, y, micro, eff, lr)
+            out = fn(model, x, y, case["micro"], case["effective"], case["lr"])
         finally:
             tf.config.experimental.enable_tensor_float_32_execution(tf32)
-        if out is not model:
-            raise Fail("train_with_accumulation should return the model it was given, trained")
         opt = getattr(model, "optimizer", None)
-        want_acc = steps if steps > 1 else None
-        if not isinstance(opt, keras.optimizers.SGD) or opt.gradient_accumulation_steps != want_acc:
-            what = (f"{type(opt).__name__} with gradient_accumulation_steps={opt.gradient_accumulation_steps}"
-                    if opt is not None and hasattr(opt, "gradient_accumulation_steps") else repr(opt))
-            raise Fail(f"with micro_batch={micro} and effective_batch={eff}, the model should be compiled with "
-                       f"keras.optimizers.SGD(learning_rate, gradient_accumulation_steps={want_acc}) and trained on "
-                       f"batches of {micro}; model.optimizer is {what}")
         w, b = model.get_weights()
-        want_w, want_b = _reference_sgd(w0, b0, x, y, lr, eff)
-        wrong_w, _ = _reference_sgd(w0, b0, x, y, lr, micro)
+        return {"returned_model": out is model, "optimizer": type(opt).__name__ if opt is not None else None,
+                "accumulation": getattr(opt, "gradient_accumulation_steps", None), "w": w, "b": b}
+
+    def judge(case, seen):
+        import numpy as np
+
+        micro, eff, lr = case["micro"], case["effective"], case["lr"]
+        if case.get("bad"):
+            return expect_raised(seen["result"], f"train_with_accumulation(..., micro_batch={micro}, "
+                                 f"effective_batch={eff}, ...)", f"{micro} does not divide {eff}")
+        if not seen["returned_model"]:
+            raise Fail("train_with_accumulation should return the model it was given, trained")
+        steps, n = eff // micro, len(case["x"])
+        w, b = np.array(seen["w"], "float64"), np.array(seen["b"], "float64")
+        want_w, want_b = _reference_sgd(case["w0"], case["b0"], case["x"], case["y"], lr, eff)
         err = float(max(np.abs(w - want_w).max(), np.abs(b - want_b).max()))
         if err > 1e-4:
-            hint = ""
-            if steps > 1 and np.abs(w - wrong_w).max() < 1e-4:
-                hint = " Your weights match one update per micro-batch: the gradients were not accumulated."
+            per_micro, _ = _reference_sgd(case["w0"], case["b0"], case["x"], case["y"], lr, micro)
+            if steps > 1 and np.abs(w - per_micro).max() < 1e-4:
+                raise Fail(f"with micro_batch={micro} and effective_batch={eff}, your weights match one SGD update "
+                           f"per micro-batch: the gradients were not accumulated. Give the optimizer "
+                           f"gradient_accumulation_steps={steps}.")
             raise Fail(f"on {n} random examples with micro_batch={micro}, effective_batch={eff}, "
                        f"learning_rate={lr}: the weights differ from {n // eff} SGD steps with batch {eff} by "
-                       f"{err:.3g} (allowed 1e-4). Train in order (shuffle=False) with plain SGD and loss 'mse'.{hint}")
-    try:
-        fn(keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)]), np.zeros((12, 2), "float32"),
-           np.zeros((12, 1), "float32"), 5, 12, 0.1)
-    except ValueError:
-        pass
-    except Exception as exc:
-        raise Fail(f"micro_batch=5 does not divide effective_batch=12: raise ValueError, not "
-                   f"{type(exc).__name__}: {exc}")
-    else:
-        raise Fail("micro_batch=5 does not divide effective_batch=12: raise ValueError")
+                       f"{err:.3g} (allowed 1e-4). Train in order (shuffle=False) with plain SGD and loss 'mse'.")
+        want_acc = steps if steps > 1 else None
+        if seen["optimizer"] != "SGD" or seen["accumulation"] != want_acc:
+            raise Fail(f"the weights are right, but with micro_batch={micro} and effective_batch={eff} the model "
+                       f"should be compiled with keras.optimizers.SGD(learning_rate, gradient_accumulation_steps="
+                       f"{want_acc}) and trained on batches of {micro}; model.optimizer is {seen['optimizer']} with "
+                       f"gradient_accumulation_steps={seen['accumulation']}")
+
+
+# --------------------------------------------------------------------------- q5
+
+
+@item("q5", points=2, title="virtual_gpus splits a GPU into whole-MiB memory limits")
+class q5:
+    def cases(rng):
+        sizes = [16 * 2**30 - rng.randint(0, 600) * MiB, 15_843_721_216, 40 * 2**30 - rng.randint(0, 900) * MiB,
+                 rng.randint(4_000, 81_000) * MiB + rng.randint(0, MiB - 1)]
+        out = [{"total": t, "n": rng.randint(2, 8), "reserve": rng.choice([0, 512, 1024, rng.randint(100, 2000)])}
+               for t in sizes]
+        out.append({"total": 8 * 2**30 + 12345, "n": 3, "reserve": 1000})
+        bad = [{"total": 2 * 2**30, "n": 2, "reserve": 2048}, {"total": 16 * 2**30, "n": 0, "reserve": 512},
+               {"total": 3 * MiB, "n": 4, "reserve": 0}]
+        return out + [{**b, "bad": True} for b in bad]
+
+    def observe(ns, case):
+        import tensorflow as tf
+
+        fn = ns.function("virtual_gpus")
+
+        def describe():
+            value = fn(case["total"], case["n"], case["reserve"])
+            items = None
+            if isinstance(value, (list, tuple)):
+                items = [{"config": isinstance(c, tf.config.LogicalDeviceConfiguration), "type": _type_name(c),
+                          "limit": getattr(c, "memory_limit", None),
+                          "limit_type": _type_name(getattr(c, "memory_limit", None))} for c in value]
+            return {"type": _type_name(value), "items": items}
+
+        return {"result": outcome(describe)}
+
+    def judge(case, seen):
+        total, n, reserve = case["total"], case["n"], case["reserve"]
+        call = f"virtual_gpus({total}, {n}, reserve_mib={reserve})"
+        if case.get("bad"):
+            return expect_raised(seen["result"], call, "there is not at least 1 MiB for each virtual GPU"
+                                 if n >= 1 else "n must be >= 1")
+        if "raised" in seen["result"]:
+            raise Fail(f"{call} raised {seen['result']['raised']}: {seen['result']['message']}")
+        value = seen["result"]["value"]
+        items = value["items"]
+        if items is None or not all(it["config"] for it in items):
+            what = value["type"] if items is None else [it["type"] for it in items][:3]
+            raise Fail(f"{call} should return a list of tf.config.LogicalDeviceConfiguration (what "
+                       f"set_logical_device_configuration takes), got {what}")
+        if len(items) != n:
+            raise Fail(f"{call} returned {len(items)} configurations; it should return {n}, one per virtual GPU")
+        want = (total // MiB - reserve) // n
+        limits = [it["limit"] for it in items]
+        if all(it["limit_type"] in ("int", "int64") for it in items) and limits == [want] * n:
+            return
+        got = limits[0]
+        if not isinstance(got, (int, float)) or isinstance(got, bool):
+            raise Fail(f"{call}: memory_limit should be a whole number of MiB, got {got!r}")
+        if got >= 100 * want * 1024:
+            hint = (f"{got} is in bytes, but memory_limit takes MiB: TensorFlow would read it as {got} MiB, "
+                    "which is no limit at all. Divide bytes by 2**20.")
+        elif got <= 1:
+            hint = ("that is a fraction, but memory_limit is an absolute size in MiB: TensorFlow keeps whole MiB, "
+                    "so this virtual GPU could hold nothing.")
+        elif reserve and got == total // MiB // n:
+            hint = f"leave reserve_mib={reserve} MiB for the CUDA context and other processes before splitting."
+        elif 1.04 < got / want < 1.06:
+            hint = "that counts MB (10**6 bytes); memory_limit is in MiB (2**20 bytes)."
+        elif not all(it["limit_type"] in ("int", "int64") for it in items) or got > want:
+            hint = ("round down to a whole number of MiB (//): the limits must add up to no more than the GPU "
+                    "minus the reserve, and TensorFlow truncates a fraction of a MiB anyway.")
+        else:
+            hint = "every virtual GPU gets the same share: (total MiB - reserve_mib) // n."
+        raise Fail(f"{call}: expected memory_limit={want} (MiB) for each of the {n} virtual GPUs, got {limits}. "
+                   f"{hint}")
