@@ -11,6 +11,7 @@ One module per topic, plus shared plumbing:
 ``devices``            01 device report, environment doctor, logical devices
 ``placement``          02 placement logging and op -> device tables
 ``memory``             03 memory growth, limits, peak-memory measurement
+``memory_explorer``    03 memory explorer: batch, precision, accumulation vs a budget
 ``distribute``         04 MirroredStrategy and multi-worker helpers
 ``precision``          05 dtype policies, and the topic's one import
 ``precision_formats``  05 number formats, casts, TF32 emulation
@@ -53,6 +54,7 @@ _SUBMODULES = (
     "latency",
     "logcapture",
     "memory",
+    "memory_explorer",
     "pipeline",
     "placement",
     "plots",
