@@ -17,7 +17,6 @@ Importing this module never imports TensorFlow.
 from __future__ import annotations
 
 import os
-import statistics
 import tempfile
 from dataclasses import dataclass
 
@@ -119,7 +118,7 @@ tf.config.threading.set_intra_op_parallelism_threads(intra)
 tf.config.threading.set_inter_op_parallelism_threads(inter)
 with tf.device("/CPU:0"):
     a = tf.random.uniform((size, size))
-    b = tf.random.uniform((size // 2, size // 2))
+    b = tf.random.uniform((size * 2 // 3, size * 2 // 3))
 
 def one_big_op():  # one MatMul: only the intra-op pool can parallelise it
     with tf.device("/CPU:0"):
@@ -172,7 +171,7 @@ def core_counts() -> tuple[int, int]:
 
 @dataclass
 class ThreadRow:
-    """One thread-pool setting and its median times (seconds) for the two workloads."""
+    """One thread-pool setting and its best times (seconds) for the two workloads."""
 
     label: str
     intra: int
@@ -188,6 +187,7 @@ class ThreadingResult:
     rows: list[ThreadRow]
     logical_cpus: int
     physical_cores: int
+    load: float | None = None  # 1-minute load average when the measurement ended (None where unknown)
 
     def _base(self) -> ThreadRow:
         return next((r for r in self.rows if (r.intra, r.inter) == (1, 1)), self.rows[0])
@@ -199,8 +199,9 @@ class ThreadingResult:
 
     def to_text(self) -> str:
         head = f"{'setting':<34} {'intra':>5} {'inter':>5}  {'one big MatMul':>18}  {'4 branches':>18}"
-        lines = [f"this machine: {self.logical_cpus} logical CPUs, {self.physical_cores} physical cores; "
-                 "speed-up over intra=1, inter=1 (theoretical limit)", head]
+        load = "" if self.load is None else f", load average {self.load:.1f}"
+        lines = [f"this machine: {self.logical_cpus} logical CPUs, {self.physical_cores} physical cores{load}; "
+                 "speed-up over intra=1, inter=1, best of each (theoretical limit)", head]
         for r in self.rows:
             big, br = self.speedups()[r.label]
             lim_big, lim_br = self.limits(r)
@@ -221,7 +222,7 @@ class ThreadingResult:
         p.text(self.to_text())
 
 
-def measure_threading(settings: dict | None = None, rounds: int = 5, size: int = 768,
+def measure_threading(settings: dict | None = None, rounds: int = 9, size: int = 768,
                       timeout: float = 180) -> ThreadingResult:
     """Time ``tf.config.threading`` settings side by side, each in its own fresh process.
 
@@ -230,7 +231,9 @@ def measure_threading(settings: dict | None = None, rounds: int = 5, size: int =
             TensorFlow's default (one thread per core it may use). Default: one
             thread each, the default, and the circulating "intra = physical
             cores, inter = logical cores" recipe.
-        rounds: timed runs per workload and setting (the medians are reported).
+        rounds: timed runs per workload and setting. The best run is kept: it
+            is the one least disturbed by other processes on the same cores
+            (``load`` in the result says how busy the machine was).
         size: side of the square float32 matrix of the one-big-op workload.
 
     The processes compute on ``/CPU:0`` and see no GPU: with a GPU the math
@@ -248,7 +251,7 @@ def measure_threading(settings: dict | None = None, rounds: int = 5, size: int =
             raise TypeError(f"settings[{label!r}] must be a pair (intra_op_threads, inter_op_threads), got {pair!r}")
         for name, v in zip(("intra_op_threads", "inter_op_threads"), pair):
             _validate.whole(f"settings[{label!r}] {name}", v, 0, what="0 lets TensorFlow choose")
-    rounds = _validate.whole("rounds", rounds, 1, 50)
+    rounds = _validate.whole("rounds", rounds, 1, 50, what="timed runs per setting")
     size = _validate.whole("size", size, 16, 8192, what="matrix side")
     with tempfile.TemporaryDirectory(prefix="gpucourse-threads-") as sync_dir:
         probes = [_probe.Probe(_THREADS_PROBE, (intra, inter, rounds, size, sync_dir, len(settings)),
@@ -259,6 +262,7 @@ def measure_threading(settings: dict | None = None, rounds: int = 5, size: int =
     for label, ans in zip(settings, answers):
         if isinstance(ans, Exception):
             raise ans
-        rows.append(ThreadRow(label, ans["intra"], ans["inter"], statistics.median(ans["times"]["one_big_op"]),
-                              statistics.median(ans["times"]["branches"])))
-    return ThreadingResult(rows, logical, physical)
+        rows.append(ThreadRow(label, ans["intra"], ans["inter"], min(ans["times"]["one_big_op"]),
+                              min(ans["times"]["branches"])))
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    return ThreadingResult(rows, logical, physical, load)
