@@ -109,10 +109,18 @@ def test_doctor_on_this_machine(capsys):
     assert found and "[" in capsys.readouterr().out
 
 
-def test_fresh_process_sees_cuda_visible_devices():
+def test_fresh_process_devices_asks_a_probe(monkeypatch):
+    """The probe machinery itself runs for real in test_first_calls_in_fresh_processes; here: what is asked."""
+    asked = {}
+
+    def fake_run(code, *args, env=None, timeout=120, label="probe"):
+        asked.update(code=code, env=env)
+        return {"physical": [["/physical_device:CPU:0", "CPU"]], "logical": [["/device:CPU:0", "CPU"]]}
+
+    monkeypatch.setattr(devices._probe, "run", fake_run)
     seen = devices.fresh_process_devices({"CUDA_VISIBLE_DEVICES": "-1"})
-    assert not [n for n, t in seen["physical"] if t == "GPU"]
-    assert ("/device:CPU:0", "CPU") in seen["logical"]
+    assert seen == {"physical": [("/physical_device:CPU:0", "CPU")], "logical": [("/device:CPU:0", "CPU")]}
+    assert asked["env"] == {"CUDA_VISIBLE_DEVICES": "-1"} and "list_logical_devices" in asked["code"]
     with pytest.raises(TypeError, match="env"):
         devices.fresh_process_devices({"CUDA_VISIBLE_DEVICES": -1})
 
