@@ -375,3 +375,17 @@ def test_threading_limits_and_bad_input():
         startup.measure_threading({"x": (1, 1)}, rounds=0)
     logical, physical = startup.core_counts()
     assert 1 <= physical <= logical
+
+
+def test_threading_benchmark_rows(monkeypatch):
+    from gpucourse import benchmark, startup
+
+    fake = startup.ThreadingResult([startup.ThreadRow("1 thread each", 1, 1, 2.0, 4.0, (2.2, 4.4)),
+                                    startup.ThreadRow("auto", 0, 0, 1.0, 2.0, (1.1, 2.2))], 2, 2)
+    monkeypatch.setattr(startup, "measure_threading", lambda rounds: fake)
+    rows = startup.benchmark(quick=True)
+    assert len(rows) == 4 and all(set(benchmark.REQUIRED_KEYS) <= set(r) for r in rows)
+    auto_big = next(r for r in rows if r["case"] == "one big MatMul, auto")
+    assert auto_big["bound_s"] == 1.0 and auto_big["median_s"] == 1.1 and auto_big["speedup"] == 2.0
+    with pytest.raises(TypeError, match="quick"):
+        startup.benchmark(quick="yes")

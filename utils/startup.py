@@ -17,13 +17,14 @@ Importing this module never imports TensorFlow.
 from __future__ import annotations
 
 import os
+import statistics
 import tempfile
 from dataclasses import dataclass
 
 from . import _probe, _validate
 from .devices import nvml_gpus
 
-__all__ = ["ThreadRow", "ThreadingResult", "core_counts", "measure_threading", "probe_first_calls"]
+__all__ = ["ThreadRow", "ThreadingResult", "benchmark", "core_counts", "measure_threading", "probe_first_calls"]
 
 
 # Each probe runs in its own fresh process (gpucourse._probe), several at once.
@@ -178,6 +179,7 @@ class ThreadRow:
     inter: int
     one_big_op_s: float
     branches_s: float
+    medians: tuple[float, float] | None = None  # median times of the two workloads, for the benchmark table
 
 
 @dataclass
@@ -262,7 +264,32 @@ def measure_threading(settings: dict | None = None, rounds: int = 9, size: int =
     for label, ans in zip(settings, answers):
         if isinstance(ans, Exception):
             raise ans
-        rows.append(ThreadRow(label, ans["intra"], ans["inter"], min(ans["times"]["one_big_op"]),
-                              min(ans["times"]["branches"])))
+        big, branches = ans["times"]["one_big_op"], ans["times"]["branches"]
+        rows.append(ThreadRow(label, ans["intra"], ans["inter"], min(big), min(branches),
+                              (statistics.median(big), statistics.median(branches))))
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     return ThreadingResult(rows, logical, physical, load)
+
+
+def benchmark(quick: bool = False) -> list[dict]:
+    """Rows for :mod:`gpucourse.benchmark`: each thread-pool setting and workload, against its bound.
+
+    The bound is the 1-thread time divided by the threads the setting may use on
+    this machine (its theoretical limit); ``speedup`` is over one thread per pool.
+    """
+    if not isinstance(quick, bool):
+        raise TypeError(f"quick must be True or False, got {quick!r}")
+    res = measure_threading(rounds=3 if quick else 9)
+    base = res._base()
+    rows = []
+    for r in res.rows:
+        limits = res.limits(r)
+        for i, (case, one) in enumerate((("one big MatMul", base.one_big_op_s), ("4 independent MatMuls", base.branches_s))):
+            median = (r.medians or (r.one_big_op_s, r.branches_s))[i]
+            bound = one / limits[i]
+            rows.append({"topic": "01 thread pools", "case": f"{case}, {r.label}", "median_s": median,
+                         "bound_s": bound, "ratio_to_bound": median / bound,
+                         "speedup": res.speedups()[r.label][i],
+                         "note": f"intra={r.intra or 'auto'}, inter={r.inter or 'auto'} on {res.logical_cpus} CPUs; "
+                                 f"speed-up of the best run over 1 thread each"})
+    return rows
