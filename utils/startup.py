@@ -224,7 +224,7 @@ class ThreadingResult:
         p.text(self.to_text())
 
 
-def measure_threading(settings: dict | None = None, rounds: int = 9, size: int = 768,
+def measure_threading(settings: dict | None = None, rounds: int = 15, size: int = 768,
                       timeout: float = 180) -> ThreadingResult:
     """Time ``tf.config.threading`` settings side by side, each in its own fresh process.
 
