@@ -368,7 +368,8 @@ def test_threading_limits_and_bad_input():
                                    startup.ThreadRow("inter", 1, 8, 2.0, 1.0)], logical_cpus=8, physical_cores=4)
     assert res.speedups() == {"one": (1.0, 1.0), "auto": (2.0, 4.0), "inter": (1.0, 4.0)}
     assert [res.limits(r) for r in res.rows] == [(1, 1), (8, 4), (1, 4)]
-    for bad, err in [({}, ValueError), ({"x": 1}, TypeError), ({"x": (1, -1)}, ValueError), ({"x": (1.5, 1)}, TypeError)]:
+    bads = [({}, ValueError), ({"x": 1}, TypeError), ({"x": (1, -1)}, ValueError), ({"x": (1.5, 1)}, TypeError)]
+    for bad, err in bads:
         with pytest.raises(err, match="settings"):
             startup.measure_threading(bad)
     with pytest.raises(ValueError, match="rounds"):

@@ -284,7 +284,8 @@ def benchmark(quick: bool = False) -> list[dict]:
     rows = []
     for r in res.rows:
         limits = res.limits(r)
-        for i, (case, one) in enumerate((("one big MatMul", base.one_big_op_s), ("4 independent MatMuls", base.branches_s))):
+        workloads = (("one big MatMul", base.one_big_op_s), ("4 independent MatMuls", base.branches_s))
+        for i, (case, one) in enumerate(workloads):
             median = (r.medians or (r.one_big_op_s, r.branches_s))[i]
             bound = one / limits[i]
             rows.append({"topic": "01 thread pools", "case": f"{case}, {r.label}", "median_s": median,
