@@ -184,8 +184,10 @@ class q3:
             n = len(tf.config.list_logical_devices(case["missing"]))
             name = (f"/CPU:{n + case['offset']}" if case["missing"] == "CPU"
                     else f"/device:GPU:{n + case['offset']}")
-        else:
-            name = _pick(_logical_names(), case["pick"])
+        else:  # off the default device, so that a result computed in the wrong place shows
+            default = _short(tf.ones(1).device)
+            names = _logical_names()
+            name = _pick([n for n in names if _short(n) != default] or names, case["pick"])
         k = case.get("k", 2)
         calls = []
 
