@@ -80,6 +80,12 @@ def test_bad_arguments_without_tensorflow():
         placement.probe_order({})
     with pytest.raises(TypeError):
         placement.probe_order({"x": 1})
+    with pytest.raises(ValueError, match="timeout"):
+        placement.probe_logging({"x": ""}, timeout=0)
+    with pytest.raises(ValueError, match="kind"):
+        placement.PlacementLog().rows(kind="eager")
+    with pytest.raises(TypeError, match="fn"):
+        placement.attempt("/CPU:0", True, fn=42)
 
 
 def test_import_does_not_import_tensorflow(fresh_python):
@@ -91,6 +97,7 @@ def test_logging_capture_attempt_and_too_late(fresh_python):
     out = fresh_python(r"""
 import tensorflow as tf
 from gpucourse import devices, placement
+print(placement.effective_soft_placement(), devices.runtime_initialized())  # the setting; starts nothing
 print(placement.start_logging(), placement.start_logging())   # on, then already on
 devices.setup_logical_devices(3, device_type="CPU")           # allowed *after* logging is on
 with placement.capture() as log:
@@ -115,8 +122,14 @@ with placement.capture():
 print("soft", soft.ran_on, "| hard", hard.ok, hard.error)
 print("here", here.ran_on, "| junk", junk.error.split(":")[0])
 print("restored", tf.config.get_soft_device_placement())
+tf.config.set_soft_device_placement(False)
+print("effective when off", placement.effective_soft_placement())
+tf.config.set_soft_device_placement(True)
+print("effective when on", placement.effective_soft_placement())
 """, env={"CUDA_VISIBLE_DEVICES": "-1"})  # logical CPUs only: on a GPU machine the default device is GPU:0
     lines = out.splitlines()
+    assert lines[0] == "True False"
+    lines = lines[1:]
     assert lines[0] == "True False"
     assert "RandomUniform ['CPU:2']" in lines
     assert "calls 2" in lines
@@ -124,7 +137,7 @@ print("restored", tf.config.get_soft_device_placement())
     assert "devices_of ['CPU:2', 'CPU:0']" in lines
     assert "soft CPU:0 | hard False InvalidArgumentError: Could not satisfy device specification" in out
     assert "here CPU:1 | junk ValueError" in lines
-    assert lines[-1] == "restored True"
+    assert lines[-3:] == ["restored True", "effective when off False", "effective when on True"]
 
 
 def test_start_logging_refuses_after_the_runtime_started(fresh_python):
@@ -137,14 +150,18 @@ def test_start_logging_refuses_after_the_runtime_started(fresh_python):
     assert out.split()[-1] == "False"
 
 
-def test_probe_order_measures_what_is_too_late(monkeypatch):
-    probes = placement.probe_order({
+def test_probes_measure_what_is_too_late_and_the_switch_off_trap(monkeypatch):
+    probes, off = placement.probe_logging({
         "physical": "tf.config.list_physical_devices()",
         "logical": "tf.config.list_logical_devices()",
     })
     got = {p.label: (p.flag, p.runtime_started, p.logged) for p in probes}
     assert got["physical"] == (True, False, True)
     assert got["logical"] == (True, True, False)  # the flag claims True, yet nothing is logged
+    # set_log_device_placement(False) after the first op: the log goes on, soft placement goes off unseen
+    assert (off.log_flag, off.still_logging, off.soft_flag, off.effective_soft) == (False, True, True, False)
+    assert off.device == "/GPU:0" and "enable_soft_placement=0" in off.error and off.repaired
+    assert "soft placement really on" in off.to_text()
     monkeypatch.setattr(sys, "executable", "false")  # a probe process that fails at once
     with pytest.raises(RuntimeError, match="failed"):
         placement.probe_order({"broken": ""})

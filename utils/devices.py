@@ -1,20 +1,25 @@
 """Topic 01: what TensorFlow can see, and configuring devices before it is too late.
 
-Three jobs:
+Four jobs:
 
 * :func:`device_report` collects, without side effects, everything you need
-  to know about the devices: physical and logical devices, the build (CUDA and
+  to know about the devices: physical and logical devices, each GPU's compute
+  capability and which dtypes its Tensor Cores speed up, the build (CUDA and
   cuDNN versions when it is a GPU build), ``CUDA_VISIBLE_DEVICES`` and, when a
   driver is present, what NVML says about each GPU.
 * :func:`doctor` turns those facts into a list of problems and how to fix them.
-* :func:`setup_logical_devices` splits one device into several logical ones
-  (virtual GPUs on a GPU, logical CPUs otherwise). It is idempotent, and when
-  the runtime has already started it explains that the kernel must be restarted.
+* :func:`setup_logical_devices` makes ``n`` logical devices: virtual GPUs
+  spread over the GPUs, or logical CPUs without a GPU. It is idempotent, and
+  when the runtime has already started it explains that the kernel must be
+  restarted.
+* :func:`fresh_process_devices` shows what environment variables do, in a
+  fresh process (:mod:`gpucourse.startup` asks fresh processes more).
 
 The one rule behind most surprises: TensorFlow fixes its device configuration
-the first time the runtime initialises. Running an op, or calling
+the first time its eager runtime initialises. Running an op, or calling
 ``tf.config.list_logical_devices()``, initialises it. Listing *physical*
-devices does not.
+devices does not, but on a GPU machine it initialises CUDA, which reads
+``CUDA_VISIBLE_DEVICES`` once and for all.
 """
 
 from __future__ import annotations
@@ -25,17 +30,23 @@ import sys
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from . import _probe, _tf, _validate
+
 __all__ = [
     "DeviceReport",
     "Finding",
+    "GPUDetails",
     "GPUInfo",
     "TooLateError",
     "describe",
+    "describe_compute_capability",
     "device_report",
-    "fresh_process_devices",
     "doctor",
+    "fresh_process_devices",
     "gather_facts",
+    "gpu_details",
     "nvml_gpus",
+    "plan_gpu_split",
     "runtime_initialized",
     "setup_logical_devices",
 ]
@@ -44,7 +55,7 @@ __all__ = [
 MIN_TF = (2, 16)
 #: The TensorFlow minor release the notebooks were tested with.
 TESTED_TF = (2, 21)
-#: Memory per virtual GPU when splitting a real GPU and no limit is given.
+#: Memory per virtual GPU when a GPU is split and no limit is given.
 DEFAULT_VIRTUAL_GPU_MB = 1024
 
 
@@ -53,12 +64,6 @@ class TooLateError(RuntimeError):
 
 
 # --------------------------------------------------------------------------- facts
-
-
-def _tf():
-    import tensorflow as tf  # imported lazily: importing gpucourse must stay cheap
-
-    return tf
 
 
 def runtime_initialized() -> bool:
@@ -135,6 +140,70 @@ def nvml_gpus() -> list[GPUInfo]:
             pass
 
 
+# --------------------------------------------------------------------------- GPU capability
+
+
+def describe_compute_capability(cc) -> str:
+    """What a compute capability means for speed: which dtypes its Tensor Cores support.
+
+    ``(7, 5)`` (a T4) -> ``'7.5: Tensor Cores for float16; none for bfloat16, tfloat32'``.
+    The dtype list is whatever :func:`gpucourse.precision.tensor_core_support`
+    knows (topic 05 teaches it); this function only renders it.
+    """
+    from . import precision  # looked up at call time, so tests can fake it
+
+    support = precision.tensor_core_support(cc)
+    major, minor = (int(p) for p in (cc.split(".") if isinstance(cc, str) else cc))
+    yes = [k for k, v in support.items() if v]
+    no = [k for k, v in support.items() if not v]
+    if not yes:
+        return f"{major}.{minor}: no Tensor Cores (float32 only; mixed precision saves memory, not time)"
+    text = f"{major}.{minor}: Tensor Cores for {', '.join(yes)}"
+    return text + (f"; none for {', '.join(no)}" if no else "")
+
+
+@dataclass
+class GPUDetails:
+    """One GPU as TensorFlow describes it (``tf.config.experimental.get_device_details``)."""
+
+    name: str  # "/physical_device:GPU:0"
+    model: str | None  # "Tesla T4"
+    compute_capability: tuple[int, int] | None
+    tensor_cores: dict[str, bool] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        model = self.model or "unknown model"
+        if self.compute_capability is None:
+            return f"{model}, compute capability unknown (not an NVIDIA GPU?)"
+        return f"{model}, compute capability {describe_compute_capability(self.compute_capability)}"
+
+
+def gpu_details() -> list[GPUDetails]:
+    """Model, compute capability and Tensor Core dtypes of every physical GPU TensorFlow sees.
+
+    Reads ``tf.config.experimental.get_device_details``, which asks the GPU
+    device factory (``GetDeviceDetails``) and does not start the eager runtime.
+    An empty list without a GPU.
+    """
+    from . import precision
+
+    tf = _tf.tf()
+    out = []
+    for gpu in tf.config.list_physical_devices("GPU"):
+        try:
+            details = dict(tf.config.experimental.get_device_details(gpu))
+        except Exception:  # a device TensorFlow cannot describe: report what we know
+            details = {}
+        cc = details.get("compute_capability")
+        cc = (int(cc[0]), int(cc[1])) if cc else None
+        cores = dict(precision.tensor_core_support(cc)) if cc else {}
+        out.append(GPUDetails(gpu.name, details.get("device_name"), cc, cores))
+    return out
+
+
+# --------------------------------------------------------------------------- report
+
+
 @dataclass
 class DeviceReport:
     """A snapshot of what TensorFlow (and the driver) can see. Print it, or read its fields."""
@@ -150,6 +219,7 @@ class DeviceReport:
     runtime_initialized: bool
     cuda_visible_devices: str | None
     nvml: list[GPUInfo] = field(default_factory=list)
+    gpus: list[GPUDetails] = field(default_factory=list)
 
     @property
     def gpu_count(self) -> int:
@@ -178,6 +248,9 @@ class DeviceReport:
             rows.append(("logical devices", "runtime not initialised yet (listing them would initialise it)"))
         else:
             rows.append(("logical devices", ", ".join(n for n, _ in self.logical) or "none"))
+        rows += [(f"GPU {g.name.rsplit(':', 1)[-1]}", str(g)) for g in self.gpus]
+        if not self.gpus:
+            rows.append(("GPUs", "none: no compute capability, no Tensor Cores (the CPU path)"))
         if self.nvml:
             rows += [(f"NVML GPU {g.index}", str(g).split(": ", 1)[1]) for g in self.nvml]
         else:
@@ -203,12 +276,10 @@ def device_report(initialize: bool = False) -> DeviceReport:
     """
     if not isinstance(initialize, bool):
         raise TypeError(f"initialize must be True or False, got {initialize!r}")
-    tf = _tf()
-    info = dict(tf.sysconfig.get_build_info())
+    tf = _tf.tf()
+    info = dict(tf.sysconfig.get_build_info())  # a CPU build has no cuda_version key: always .get()
     try:
-        import keras
-
-        keras_version = keras.__version__
+        keras_version = _tf.keras().__version__
     except ImportError:
         keras_version = None
     started = runtime_initialized()
@@ -228,6 +299,7 @@ def device_report(initialize: bool = False) -> DeviceReport:
         runtime_initialized=started,
         cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
         nvml=nvml_gpus(),
+        gpus=gpu_details(),
     )
 
 
@@ -370,68 +442,117 @@ def doctor(facts: dict | None = None, show: bool = True) -> list[Finding]:
 # --------------------------------------------------------------------------- logical devices
 
 
-def setup_logical_devices(n: int, memory_limit_mb: int | None = None, device_type: str | None = None) -> list:
-    """Split the first GPU (or, without one, the CPU) into ``n`` logical devices.
+def plan_gpu_split(n: int, gpus: int, memory_limit_mb: int | None = None, use_gpus: int | None = None) -> list:
+    """How :func:`setup_logical_devices` spreads ``n`` logical GPUs over ``gpus`` physical ones.
+
+    The rule: use the first ``use_gpus`` GPUs (default ``min(n, gpus)``) and
+    hide the others; give each used GPU ``n // use_gpus`` logical devices (the
+    first ones one more when it does not divide). A GPU that carries one
+    logical device stays whole, unless a GPU is split or ``memory_limit_mb``
+    is given: then every logical GPU gets the same limit (default
+    ``DEFAULT_VIRTUAL_GPU_MB``), so the replicas of topic 04 are alike.
+
+    Returns one entry per used GPU: ``None`` (whole) or a list of MiB limits,
+    e.g. ``plan_gpu_split(3, 2) == [[1024, 1024], [1024]]``.
+    """
+    n = _validate.whole("n", n, 1, what="how many logical GPUs")
+    gpus = _validate.whole("gpus", gpus, 1, what="how many physical GPUs are visible")
+    if memory_limit_mb is not None:
+        _validate.whole("memory_limit_mb", memory_limit_mb, 1, what="MiB per virtual GPU")
+    use = min(n, gpus) if use_gpus is None else _validate.whole(
+        "use_gpus", use_gpus, 1, min(n, gpus), what=f"at most one per logical GPU and at most the {gpus} visible")
+    counts = [n // use + (1 if i < n % use else 0) for i in range(use)]
+    if max(counts) == 1 and memory_limit_mb is None:
+        return [None] * use
+    return [[memory_limit_mb or DEFAULT_VIRTUAL_GPU_MB] * c for c in counts]
+
+
+def _layout(configs: list) -> str:
+    """[None, [1024, 1024]] -> 'GPU 0 whole, GPU 1 as 2 x 1024 MiB'."""
+    parts = [f"GPU {i} whole" if not c else f"GPU {i} as {len(c)} x {c[0]} MiB" for i, c in enumerate(configs)]
+    return ", ".join(parts) or "no GPU"
+
+
+def setup_logical_devices(n: int, memory_limit_mb: int | None = None, device_type: str | None = None,
+                          use_gpus: int | None = None) -> list:
+    """Make ``n`` logical devices: virtual GPUs over the GPUs, or logical CPUs without a GPU.
 
     Safe to call again with the same arguments (it is idempotent), which is
     what happens when a notebook is run top to bottom twice.
 
+    With several GPUs the ``n`` logical GPUs are spread over them (see
+    :func:`plan_gpu_split`): on Kaggle's 2 x T4, ``n=2`` gives one logical
+    GPU per T4 and ``n=4`` two per T4; GPUs beyond ``use_gpus`` are hidden
+    (``tf.config.set_visible_devices``), so none sits idle with its memory
+    reserved.
+
     Args:
-        n: how many logical devices you want (>= 1).
+        n: how many logical devices of that type you want (>= 1).
         memory_limit_mb: memory per virtual GPU. GPU only; defaults to
-            ``DEFAULT_VIRTUAL_GPU_MB``. CPUs do not support memory limits.
+            ``DEFAULT_VIRTUAL_GPU_MB`` whenever a GPU is split.
         device_type: ``"GPU"`` or ``"CPU"`` to force one; default: GPU if any.
+        use_gpus: how many physical GPUs to use (default: as many as useful).
 
     Returns:
         The logical devices of that type (this initialises the runtime).
 
     Raises:
-        TooLateError: the runtime already started with a different split; the
+        TooLateError: the runtime already started with a different layout; the
             message says to restart the kernel and call this first.
-        ValueError / TypeError: bad arguments, or a memory limit on CPU.
+        TypeError / ValueError: bad arguments, or a GPU-only setting on a CPU.
     """
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be a whole number >= 1, got {n!r}")
-    if device_type is not None and device_type not in ("CPU", "GPU"):
-        raise ValueError(f"device_type must be 'CPU', 'GPU' or None, got {device_type!r}")
-    if memory_limit_mb is not None and (isinstance(memory_limit_mb, bool) or not isinstance(memory_limit_mb, int)
-                                        or memory_limit_mb <= 0):
-        raise ValueError(f"memory_limit_mb must be a positive whole number of MiB, got {memory_limit_mb!r}")
-    tf = _tf()
-    gpus = tf.config.list_physical_devices("GPU")
-    kind = device_type or ("GPU" if gpus else "CPU")
+    n = _validate.whole("n", n, 1, what="how many logical devices")
+    if device_type is not None:
+        _validate.one_of("device_type", device_type, ("CPU", "GPU"))
+    if memory_limit_mb is not None:
+        _validate.whole("memory_limit_mb", memory_limit_mb, 1, what="MiB per virtual GPU")
+    tf = _tf.tf()
+    kind = device_type or ("GPU" if tf.config.list_physical_devices("GPU") else "CPU")
     physical = tf.config.list_physical_devices(kind)
     if not physical:
-        raise ValueError(f"no physical {kind} device is visible; device_report() shows what is")
-    if kind == "CPU" and memory_limit_mb is not None:
-        raise ValueError("memory limits are a GPU feature: TensorFlow says 'Setting memory limit on CPU virtual "
-                         "devices is currently not supported'. Call setup_logical_devices(n) without one on CPU.")
-    target = physical[0]
-    limit = (memory_limit_mb or DEFAULT_VIRTUAL_GPU_MB) if kind == "GPU" else None
-    wanted = [limit] * n
+        raise ValueError(f"device_type={kind!r}, but no physical {kind} is visible; device_report() shows what is")
+    if kind == "CPU" and (memory_limit_mb is not None or use_gpus is not None):
+        raise ValueError("memory_limit_mb and use_gpus are GPU features (TensorFlow: 'Setting memory limit on CPU "
+                         "virtual devices is currently not supported'). Call setup_logical_devices(n) without "
+                         "them on CPU.")
+    if kind == "CPU":
+        cpu = physical[0]
+        config = tf.config.get_logical_device_configuration(cpu)  # None until someone splits it
+        have = len(config) if config else 1
+        if have != n:
+            _too_late(f"{have} logical CPU(s) on {cpu.name}", f"{n}")
+            tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * n)
+        return tf.config.list_logical_devices("CPU")
 
-    config = tf.config.get_logical_device_configuration(target)  # None until someone splits it
-    have = len(config) if config else 1
-    if config:
-        same = have == n and (kind == "CPU" or [c.memory_limit for c in config] == wanted)
-    else:  # unsplit: one logical device per physical one, no limit
-        same = n == 1 and (kind == "CPU" or memory_limit_mb is None)
-    if not same:
-        if runtime_initialized():
-            raise TooLateError(
-                f"Too late: TensorFlow's runtime has already started with {have} logical {kind}(s) on {target.name}, "
-                f"and you asked for {n}. Devices are fixed once any op runs (or logical devices are listed). "
-                f"Restart the kernel (Kernel > Restart Kernel) and run this setup cell before any other "
-                f"TensorFlow code.")
-        configs = [tf.config.LogicalDeviceConfiguration(memory_limit=m) for m in wanted]
-        try:
-            tf.config.set_logical_device_configuration(target, configs)
-        except ValueError as err:
-            if "memory growth" in str(err).lower():
-                raise ValueError(f"{err}. Memory growth and virtual GPUs cannot be combined: turn memory growth "
-                                 f"off (and unset TF_FORCE_GPU_ALLOW_GROWTH), restart the kernel, then split.") from err
-            raise
-    return tf.config.list_logical_devices(kind)
+    plan = plan_gpu_split(n, len(physical), memory_limit_mb, use_gpus)
+    wanted_visible = physical[:len(plan)]
+    visible = tf.config.get_visible_devices("GPU")
+    have = [[c.memory_limit for c in (tf.config.get_logical_device_configuration(g) or [])] or None
+            for g in visible]
+    if visible != wanted_visible or have != plan:
+        _too_late(f"{_layout(have)} ({len(physical) - len(visible)} hidden)",
+                  f"{_layout(plan)} ({len(physical) - len(plan)} hidden)")
+        if visible != wanted_visible:
+            tf.config.set_visible_devices(wanted_visible, "GPU")
+        for gpu, limits in zip(wanted_visible, plan):
+            configs = [tf.config.LogicalDeviceConfiguration(memory_limit=m) for m in limits or []]
+            try:  # [] = whole again (an earlier call in this kernel may have split it)
+                tf.config.set_logical_device_configuration(gpu, configs)
+            except ValueError as err:
+                if "memory growth" in str(err).lower():
+                    raise ValueError(f"{err}. Memory growth and virtual GPUs cannot be combined: turn memory "
+                                     "growth off, restart the kernel, then split.") from err
+                raise
+    return tf.config.list_logical_devices("GPU")
+
+
+def _too_late(have: str, want: str) -> None:
+    """Raise TooLateError (have -> want) once the runtime has started; return otherwise."""
+    if runtime_initialized():
+        raise TooLateError(
+            f"Too late: TensorFlow's runtime has already started with {have}, and you asked for {want}. "
+            f"Devices are fixed once any op runs (or logical devices are listed). Restart the kernel "
+            f"(Kernel > Restart Kernel) and run this setup cell before any other TensorFlow code.")
 
 
 def describe(devices: Iterable) -> str:
@@ -439,12 +560,12 @@ def describe(devices: Iterable) -> str:
     return "\n".join(f"{d.name} ({d.device_type})" for d in devices)
 
 
-_PROCESS_PROBE = r"""
-import json, tensorflow as tf
-print("GPUCOURSE_JSON " + json.dumps({
-    "physical": [(d.name, d.device_type) for d in tf.config.list_physical_devices()],
-    "logical": [(d.name, d.device_type) for d in tf.config.list_logical_devices()],
-}))
+# --------------------------------------------------------------------------- fresh processes
+
+_DEVICES_PROBE = """
+import tensorflow as tf
+emit({"physical": [(d.name, d.device_type) for d in tf.config.list_physical_devices()],
+      "logical": [(d.name, d.device_type) for d in tf.config.list_logical_devices()]})
 """
 
 
@@ -457,17 +578,6 @@ def fresh_process_devices(env: dict | None = None, timeout: float = 120) -> dict
     process shows what they would do. Returns ``{"physical": [...], "logical": [...]}``
     as ``(name, type)`` pairs.
     """
-    import json
-    import subprocess
+    data = _probe.run(_DEVICES_PROBE, env=_validate.env_vars("env", env), timeout=timeout, label="devices probe")
+    return {k: [tuple(x) for x in v] for k, v in data.items()}
 
-    if env is not None and (not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str)
-                                                                   for k, v in env.items())):
-        raise TypeError("env must be a dict of str -> str, e.g. {'CUDA_VISIBLE_DEVICES': '-1'}")
-    full = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **(env or {}))
-    proc = subprocess.run([sys.executable, "-c", _PROCESS_PROBE], env=full, capture_output=True, text=True,
-                          timeout=timeout)
-    for line in proc.stdout.splitlines():
-        if line.startswith("GPUCOURSE_JSON "):
-            data = json.loads(line.split(" ", 1)[1])
-            return {k: [tuple(x) for x in v] for k, v in data.items()}
-    raise RuntimeError(f"the fresh process failed (exit {proc.returncode}): {proc.stderr.strip()[-800:]}")

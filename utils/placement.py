@@ -24,7 +24,12 @@ This module turns that text into records you can tabulate and test:
 * :func:`short_device` turns ``/job:localhost/replica:0/task:0/device:CPU:0``
   into ``CPU:0``.
 * :func:`attempt` tries to run a small op on a device, with soft placement on
-  or off, and reports where it ran or what TensorFlow said.
+  or off, and reports where it ran or what TensorFlow said;
+  :func:`effective_soft_placement` asks the runtime whether soft placement is
+  really on (after ``set_log_device_placement(False)`` it may not be, while
+  ``tf.config.get_soft_device_placement()`` still says True).
+* :func:`probe_logging` runs fresh processes that show which calls make
+  logging too late, and what switching the log off really does.
 
 Importing this module never imports TensorFlow.
 """
@@ -32,13 +37,12 @@ Importing this module never imports TensorFlow.
 from __future__ import annotations
 
 import contextlib
-import os
 import re
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator
 
+from . import _probe, _tf, _validate
 from .devices import TooLateError, runtime_initialized
 
 __all__ = [
@@ -47,12 +51,15 @@ __all__ = [
     "PlacementLog",
     "PlacementRecord",
     "OrderProbe",
+    "SwitchOffProbe",
     "TooLateError",
     "attempt",
     "capture",
     "devices_of",
+    "effective_soft_placement",
     "logging_enabled",
     "parse_placement_log",
+    "probe_logging",
     "probe_order",
     "short_device",
     "start_logging",
@@ -67,12 +74,6 @@ _EXECUTED = re.compile(r"^Executing op (?P<op>\S+) in device (?P<device>\S+)\s*$
 _PLACED = re.compile(r"^(?P<op>\S+): \((?P<type>[A-Za-z0-9_]+)\): (?P<device>/\S+)\s*$")
 _COMPONENT = re.compile(r"^(?:device:)?(?P<type>[A-Za-z][A-Za-z0-9_]*):(?P<index>\d+)$")
 _NOT_DEVICE_TYPES = {"JOB", "REPLICA", "TASK"}
-
-
-def _tf():
-    import tensorflow as tf  # imported lazily: importing gpucourse must stay cheap
-
-    return tf
 
 
 # --------------------------------------------------------------------------- device names
@@ -181,8 +182,7 @@ class PlacementLog:
             kind: ``"executed"``, ``"placed"`` or None for both.
             plumbing: include ``_Arg``/``_Retval`` nodes.
         """
-        if kind not in (None, "executed", "placed"):
-            raise ValueError(f"kind must be 'executed', 'placed' or None, got {kind!r}")
+        _validate.one_of("kind", kind, ("executed", "placed", None))
         return [(r.kind, r.op, r.op_type, r.short) for r in self.records
                 if (kind is None or r.kind == kind) and (plumbing or not r.is_plumbing)]
 
@@ -261,10 +261,17 @@ def logging_enabled() -> bool:
     Careful: the flag reads True even when it was set too late to log anything,
     and it reads False after ``set_log_device_placement(False)`` although the
     log carries on. :func:`start_logging` avoids both traps.
+
+    Never switch the log off with ``set_log_device_placement(False)`` once the
+    runtime has started: in TF 2.21 that call sets *soft placement* off instead
+    (its Python binding, ``TFE_ContextSetLogDevicePlacement`` in
+    ``tensorflow/python/tfe_wrapper.cc``, calls the soft-placement setter),
+    while ``tf.config.get_soft_device_placement()`` keeps saying True. See
+    :func:`effective_soft_placement`; restart the kernel to stop the log.
     """
     if "tensorflow" not in sys.modules:
         return False
-    return bool(_tf().debugging.get_log_device_placement())
+    return bool(_tf.tf().debugging.get_log_device_placement())
 
 
 def _in_ipython() -> bool:
@@ -290,11 +297,11 @@ def start_logging(python_lines: bool = True) -> bool:
         TooLateError: the runtime has already started (an op ran, a
             ``tf.function`` was traced, or logical devices were listed, e.g. by
             ``devices.setup_logical_devices``). TensorFlow would accept the call
-            and log nothing.
+            and log nothing (in TF 2.21 it would set soft placement instead).
     """
     if not isinstance(python_lines, bool):
         raise TypeError(f"python_lines must be True or False, got {python_lines!r}")
-    tf = _tf()
+    tf = _tf.tf()
     if tf.debugging.get_log_device_placement():
         return False
     if runtime_initialized():
@@ -379,9 +386,9 @@ def attempt(device: str, soft: bool, fn: Callable | None = None) -> Attempt:
         raise TypeError(f"device must be a string like '/GPU:0', got {type(device).__name__}")
     if not isinstance(soft, bool):
         raise TypeError(f"soft must be True or False, got {soft!r}")
-    if fn is not None and not callable(fn):
-        raise TypeError(f"fn must be a zero-argument callable or None, got {type(fn).__name__}")
-    tf = _tf()
+    if fn is not None:
+        _validate.callable_("fn", fn)
+    tf = _tf.tf()
 
     def default():
         return tf.matmul(tf.ones((2, 2)), tf.ones((2, 2)))
@@ -399,17 +406,76 @@ def attempt(device: str, soft: bool, fn: Callable | None = None) -> Attempt:
         tf.config.set_soft_device_placement(before)
 
 
-# --------------------------------------------------------------------------- order probe (fresh processes)
+def effective_soft_placement() -> bool:
+    """Whether the eager runtime really falls back when a device is missing (soft placement).
 
+    ``tf.config.get_soft_device_placement()`` reports the *Python* setting. After
+    ``tf.debugging.set_log_device_placement(False)`` in a started runtime the two
+    disagree: TF 2.21's binding of that call switches the runtime's soft
+    placement off and leaves the Python setting at True. This asks the runtime:
+    it runs one tiny op on a CPU that does not exist and sees whether it lands
+    somewhere else or raises. Before the runtime starts it returns the setting
+    (nothing has diverged yet, and running an op would start the runtime).
+
+    Fix a False with ``tf.config.set_soft_device_placement(True)``.
+    """
+    tf = _tf.tf()
+    if not runtime_initialized():
+        return bool(tf.config.get_soft_device_placement())
+    from .logcapture import capture_output
+
+    missing = f"/device:CPU:{len(tf.config.list_logical_devices('CPU')) + 7}"
+    with capture_output():  # the probe op would otherwise appear in a placement log
+        try:
+            with tf.device(missing):
+                tf.zeros(())
+            return True
+        except tf.errors.InvalidArgumentError:
+            return False
+
+
+# --------------------------------------------------------------------------- fresh-process probes
+
+# Both probes run with gpucourse._probe: a fresh Python, emit() answers, a timeout.
 _ORDER_PROBE = r"""
 import sys, tensorflow as tf
-from tensorflow.python.eager import context
+from gpucourse import devices
+from gpucourse.logcapture import capture_output
 exec(sys.argv[1])
 tf.debugging.set_log_device_placement(True)
-started = bool(getattr(context.context(), "_initialized", False))
-print("GPUCOURSE_FLAG", tf.debugging.get_log_device_placement(), started, flush=True)
-y = tf.sqrt(tf.constant([4.0, 9.0]))
+flag, started = tf.debugging.get_log_device_placement(), devices.runtime_initialized()
+with capture_output() as out:
+    tf.sqrt(tf.constant([4.0, 9.0]))
+emit({"flag": bool(flag), "started": started, "log": out.text})
 """
+
+_SWITCH_OFF_PROBE = r"""
+import tensorflow as tf
+from gpucourse import placement
+from gpucourse.logcapture import capture_output
+placement.start_logging()
+tf.constant(1.0) + 1.0                        # the runtime starts, AddV2 is logged
+tf.debugging.set_log_device_placement(False)  # meant: "stop the log"
+with capture_output() as out:
+    tf.constant(2.0) + 1.0
+missing = f"/GPU:{len(tf.config.list_physical_devices('GPU'))}"  # a GPU this machine does not have
+facts = {"log_flag": bool(tf.debugging.get_log_device_placement()),
+         "soft_flag": bool(tf.config.get_soft_device_placement()),
+         "still_logging": any(r.op_type == "AddV2" for r in placement.parse_placement_log(out.text).executed),
+         "effective_soft": placement.effective_soft_placement(), "device": missing, "error": None}
+with capture_output():
+    try:
+        with tf.device(missing):
+            tf.matmul(tf.ones((2, 2)), tf.ones((2, 2)))
+    except tf.errors.InvalidArgumentError as err:
+        facts["error"] = err.message
+tf.config.set_soft_device_placement(True)     # the repair
+facts["repaired"] = placement.effective_soft_placement()
+emit(facts)
+"""
+
+#: The probes run side by side next to the kernel: on a GPU, memory growth keeps each from reserving it all.
+_PROBE_ENV = {"TF_FORCE_GPU_ALLOW_GROWTH": "true"}
 
 
 @dataclass
@@ -428,41 +494,81 @@ class OrderProbe:
         return any(r.op_type == "Sqrt" for r in self.log)
 
 
+@dataclass
+class SwitchOffProbe:
+    """What ``set_log_device_placement(False)`` did in a fresh process whose runtime had started."""
+
+    log_flag: bool  # tf.debugging.get_log_device_placement() afterwards
+    soft_flag: bool  # tf.config.get_soft_device_placement() afterwards
+    still_logging: bool  # the next op was still logged
+    effective_soft: bool  # the runtime really fell back (effective_soft_placement())
+    device: str  # a device this machine does not have
+    error: str | None  # what tf.device(device) raised, None if the op ran
+    repaired: bool  # effective soft placement after tf.config.set_soft_device_placement(True)
+
+    def to_text(self) -> str:
+        err = (self.error or "").split(" Supported device types")[0]
+        rows = [("tf.debugging.get_log_device_placement()", str(self.log_flag)),
+                ("the next op is still logged", str(self.still_logging)),
+                ("tf.config.get_soft_device_placement()", str(self.soft_flag)),
+                ("soft placement really on (effective_soft_placement)", str(self.effective_soft)),
+                (f"with tf.device({self.device!r})", f"raises: {err}" if err else "runs"),
+                ("after tf.config.set_soft_device_placement(True), really on", str(self.repaired))]
+        width = max(len(k) for k, _ in rows)
+        head = "after the first op, tf.debugging.set_log_device_placement(False), then:"
+        return "\n".join([head] + [f"  {k:<{width}}  {v}" for k, v in rows])
+
+    def __str__(self) -> str:
+        return self.to_text()
+
+
+def _check_befores(befores) -> dict:
+    if not isinstance(befores, dict) or not befores:
+        raise ValueError(f"befores must be a non-empty {{label: python code}} dict, got {befores!r}")
+    for label, code in befores.items():
+        if not isinstance(label, str) or not isinstance(code, str):
+            raise TypeError(f"labels and code must be strings, got {label!r}: {type(code).__name__}")
+    return befores
+
+
+def _order_result(label: str, code: str, answer) -> OrderProbe:
+    if isinstance(answer, Exception):
+        raise RuntimeError(f"probe {label!r} failed: {answer}") from answer
+    return OrderProbe(label, code, answer["flag"], answer["started"], parse_placement_log(answer["log"]))
+
+
+def _run_probes(befores, switch_off: bool, timeout) -> tuple[list[OrderProbe], SwitchOffProbe | None]:
+    befores = _check_befores(befores)
+    _validate.seconds("timeout", timeout, allow_zero=False)
+    probes = [_probe.Probe(_ORDER_PROBE, (code,), _PROBE_ENV, label) for label, code in befores.items()]
+    if switch_off:
+        probes.append(_probe.Probe(_SWITCH_OFF_PROBE, (), _PROBE_ENV, "set_log_device_placement(False)"))
+    answers = _probe.run_many(probes, timeout=timeout)
+    order = [_order_result(label, code, a) for (label, code), a in zip(befores.items(), answers)]
+    if not switch_off:
+        return order, None
+    if isinstance(answers[-1], Exception):
+        raise RuntimeError(f"the switch-off probe failed: {answers[-1]}") from answers[-1]
+    return order, SwitchOffProbe(**answers[-1])
+
+
+def probe_logging(befores: dict, timeout: float = 180) -> tuple[list[OrderProbe], SwitchOffProbe]:
+    """Run :func:`probe_order`'s probes and the switch-off probe side by side in fresh processes.
+
+    Returns ``(order probes, switch-off probe)``. The switch-off probe starts
+    logging, runs an op, calls ``tf.debugging.set_log_device_placement(False)``
+    and reports the log flag, whether the log carried on, the soft-placement
+    setting, whether the runtime really still falls back (it does not, in TF
+    2.21), what a missing device then raises, and whether
+    ``tf.config.set_soft_device_placement(True)`` repairs it.
+    """
+    return _run_probes(befores, True, timeout)
+
+
 def probe_order(befores: dict, timeout: float = 180) -> list[OrderProbe]:
     """For each ``{label: code}``, run ``code`` in a fresh process, *then* switch logging on, then run one op.
 
     The processes run in parallel. Use it to find out which calls make
     ``set_log_device_placement(True)`` too late, without restarting your kernel.
     """
-    if not isinstance(befores, dict) or not befores:
-        raise ValueError("befores must be a non-empty {label: python code} dict")
-    for label, code in befores.items():
-        if not isinstance(label, str) or not isinstance(code, str):
-            raise TypeError(f"labels and code must be strings, got {label!r}: {type(code).__name__}")
-    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout <= 0:
-        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
-    # The probes run side by side, next to this kernel: on a GPU each would otherwise reserve nearly all
-    # the memory left on every GPU, and the later ones would start with none. One tiny op needs little.
-    env = {"TF_FORCE_GPU_ALLOW_GROWTH": "true", **os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    procs = {label: subprocess.Popen([sys.executable, "-c", _ORDER_PROBE, code], stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, env=env)
-             for label, code in befores.items()}
-    out = []
-    try:
-        for label, proc in procs.items():
-            stdout, stderr = proc.communicate(timeout=timeout)
-            if proc.returncode != 0:
-                raise RuntimeError(f"probe {label!r} failed (exit {proc.returncode}): {stderr.strip()[-800:]}")
-            flag_line = next((ln for ln in stdout.splitlines() if ln.startswith("GPUCOURSE_FLAG")), None)
-            if flag_line is None:
-                raise RuntimeError(f"probe {label!r} printed no result: {stdout[-500:]}")
-            _, flag, started = flag_line.split()
-            after = stdout.split(flag_line, 1)[1]
-            out.append(OrderProbe(label, befores[label], flag == "True", started == "True",
-                                  parse_placement_log(after)))
-    finally:
-        for proc in procs.values():
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    return out
+    return _run_probes(befores, False, timeout)[0]

@@ -11,8 +11,6 @@ measured in fresh TensorFlow processes, never in the learner's kernel.
 from __future__ import annotations
 
 import functools
-import subprocess
-import sys
 
 from gpucourse.grading.items import Fail, expect_raised, item, outcome
 
@@ -54,6 +52,11 @@ def _type_name(value) -> str:
     return "bool" if isinstance(value, bool) else type(value).__name__
 
 
+def _dict_or_type(value) -> str:
+    """'dict' for any mapping type (a collections.Counter is a fine answer), else the type's name."""
+    return "dict" if isinstance(value, dict) else _type_name(value)
+
+
 # --------------------------------------------------------------------------- q1
 
 
@@ -73,11 +76,11 @@ class q1:
         if case.get("real"):
             real = tf.config.list_physical_devices()
             got = fn(real)
-            return {"got": got, "type": _type_name(got), "names": [d.name for d in real]}
+            return {"got": got, "type": _dict_or_type(got), "names": [d.name for d in real]}
         devices = _devices(case["names"], case["logical"])
         before = list(devices)
         got = fn(devices)
-        return {"got": got, "type": _type_name(got), "mutated": devices != before}
+        return {"got": got, "type": _dict_or_type(got), "mutated": devices != before}
 
     def judge(case, seen):
         names = seen["names"] if case.get("real") else case["names"]
@@ -88,7 +91,11 @@ class q1:
             raise Fail(f"summarise_devices should return a dict like {{'CPU': 1, 'GPU': 2}}, got a {seen['type']}")
         where = "this machine's tf.config.list_physical_devices()" if case.get("real") else names
         if seen["got"] != want:
-            raise Fail(f"for {where} expected {want}, got {seen['got']}")
+            hint = ""
+            if set(seen["got"]) - set(want):
+                hint = (" Count the devices in the list you were given (it may not be this machine's): "
+                        "look at each device's .device_type.")
+            raise Fail(f"for {where} expected {want}, got {seen['got']}.{hint}")
         if seen.get("mutated"):
             raise Fail("summarise_devices changed the list it was given; it should only read it")
 
@@ -147,6 +154,8 @@ class q2:
                 hint = " Return the device's `.name` (a string), not the device object."
             elif got in names and _kind(got) == _kind(want):
                 hint = " Compare the indices as numbers: GPU:2 comes before GPU:10."
+            elif got in names:
+                hint = f" Prefer a GPU, else a CPU; never a {_kind(got)}."
             raise Fail(f"for {names} expected {want!r}, got {got!r}.{hint}")
         if case.get("real") and not str(seen["placed"]).endswith(want.split(":", 1)[1]):
             raise Fail(f"a tensor created under tf.device({got!r}) landed on {seen['placed']}")
@@ -179,22 +188,17 @@ for k, f in tries.items():
         f(); out[k] = True
     except (RuntimeError, ValueError):
         out[k] = False
-print(repr(out))
+emit(out)
 """
 
 
 @functools.lru_cache(maxsize=None)
 def _cpu_truth(started: bool) -> dict:
     """Ask a fresh TensorFlow process which CPU settings it accepts (before/after the runtime starts)."""
-    import ast
-    import os
+    from gpucourse import _probe
 
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="-1")
-    proc = subprocess.run([sys.executable, "-c", _PROBE, "1" if started else "0"], capture_output=True,
-                          text=True, timeout=120, env=env)
-    if proc.returncode != 0:
-        raise RuntimeError(f"probe process failed: {proc.stderr[-500:]}")
-    return ast.literal_eval(proc.stdout.strip().splitlines()[-1])
+    return _probe.run(_PROBE, "1" if started else "0", env={"CUDA_VISIBLE_DEVICES": "-1"}, timeout=120,
+                      label="lab 01 q3 reference probe")
 
 
 @item("q3", points=3, title="config_allowed knows which settings can still change")
@@ -261,5 +265,67 @@ class q4:
             raise Fail(f"visible_gpu_count should return a whole number (int), got {seen['got']!r} "
                        f"({seen['type']}) for ({value!r}, {physical})")
         want = _visible(value, physical)
-        if seen["got"] != want:
-            raise Fail(f"visible_gpu_count({value!r}, {physical}) should be {want}, got {seen['got']!r}")
+        got = seen["got"]
+        if got != want:
+            hint = ""
+            if value is not None and not value.strip() and got == physical:
+                hint = " An empty CUDA_VISIBLE_DEVICES hides every GPU; only an unset one (None) shows them all."
+            elif isinstance(got, int) and got > want:
+                hint = (" CUDA stops at the first invalid entry (not a number, or not an existing GPU): the "
+                        "entries after it are ignored.")
+            raise Fail(f"visible_gpu_count({value!r}, {physical}) should be {want}, got {got!r}.{hint}")
+
+
+# --------------------------------------------------------------------------- q5
+
+_CPU_BUILD = {"is_cuda_build": False, "is_rocm_build": False, "is_tensorrt_build": False}  # all a CPU build has
+
+
+def _cuda_build(rng) -> dict:
+    cuda, cudnn = rng.choice([("12.5.1", "9"), ("12.3", "8"), ("11.8", "8"), ("12.2", "8.9"), ("12.8", "9.3")])
+    ccs = ["sm_60", "sm_70", "sm_80", "sm_89", "compute_90"][: rng.randint(3, 5)]
+    return {"cpu_compiler": "/usr/lib/llvm-18/bin/clang", "cuda_compute_capabilities": ccs, "cuda_version": cuda,
+            "cudnn_version": cudnn, "is_cuda_build": True, "is_rocm_build": False,
+            "is_tensorrt_build": rng.random() < 0.5}
+
+
+@item("q5", points=2, title="cuda_versions reads the build info safely, CPU-only build or not")
+class q5:
+    def cases(rng):
+        builds = [dict(_CPU_BUILD), _cuda_build(rng), _cuda_build(rng), dict(_CPU_BUILD, is_rocm_build=True)]
+        rng.shuffle(builds)
+        return [{"info": b} for b in builds] + [{"real": True}]
+
+    def observe(ns, case):
+        import tensorflow as tf
+
+        fn = ns.function("cuda_versions")
+        info = dict(tf.sysconfig.get_build_info()) if case.get("real") else dict(case["info"])
+        seen = outcome(lambda: fn(dict(info)))
+        seen["info"] = info
+        return seen
+
+    def judge(case, seen):
+        info = seen["info"]
+        kind = "a CUDA build" if info.get("is_cuda_build") else "a build without CUDA"
+        where = "this machine's tf.sysconfig.get_build_info()" if case.get("real") else f"{kind} ({info})"
+        want = ({"cuda": info.get("cuda_version"), "cudnn": info.get("cudnn_version")}
+                if info.get("is_cuda_build") else None)
+        if "raised" in seen:
+            hint = ""
+            if seen["raised"] == "KeyError":
+                hint = (" A CPU-only build's dict has only is_cuda_build, is_rocm_build and is_tensorrt_build: "
+                        "read the versions with info.get('cuda_version'), never info['cuda_version'].")
+            raise Fail(f"for {where} cuda_versions raised {seen['raised']}: {seen['message']}.{hint}")
+        got = seen["value"]
+        if got == want:
+            return
+        hint = ""
+        if want is None and isinstance(got, dict):
+            hint = " A build without CUDA has no versions to report: return None, not a dict."
+        elif want is not None and got is None:
+            hint = (" This is a CUDA build (is_cuda_build is True): read the dict you were given, not this "
+                    "machine's tf.sysconfig.get_build_info().")
+        elif want is not None and not isinstance(got, dict):
+            hint = " Return a dict {'cuda': ..., 'cudnn': ...}."
+        raise Fail(f"for {where} expected {want!r}, got {got!r}.{hint}")

@@ -1,181 +1,333 @@
-"""Public tests of lab 02 (placement): graded on device strings and behaviour, never on log text."""
+"""Lab 02 (placement): public tests, graded on device strings and behaviour, never on log text.
 
-import random
+Each item is split in three (see :mod:`gpucourse.grading.items`): ``cases``
+draws fresh inputs on the grader's side (random device names, values, and
+*which* of the learner's logical devices to use, as fractions, because the
+grader cannot see the learner's devices); ``observe`` builds the tensors in
+the learner's kernel, calls the learner's function and reports plain facts
+(devices, values, soft-placement settings); ``judge`` computes the expected
+answers on the grader's side and says what to fix.
+"""
 
-from gpucourse.grading.items import Fail, expect_raises, item
+from __future__ import annotations
+
+from gpucourse.grading.items import Fail, expect_raised, item, outcome
 
 _TYPES = ["CPU", "GPU", "TPU", "XLA_GPU"]
 
 
-def _short(name):
+def _short(name: str) -> str:
     """Reference: '/job:x/replica:0/task:0/device:GPU:3' -> 'GPU:3'."""
-    kind, index = name.rstrip("/").rsplit("/", 1)[-1].removeprefix("device:").rsplit(":", 1)
+    kind, index = name.strip().rstrip("/").rsplit("/", 1)[-1].removeprefix("device:").rsplit(":", 1)
     return f"{kind.upper()}:{int(index)}"
 
 
-def _random_name(rng):
+def _random_name(rng) -> str:
     kind = rng.choice(_TYPES)
     index = rng.choice([0, 1, rng.randint(2, 9), rng.randint(10, 99)])
     job = rng.choice(["localhost", "worker", "chief", "ps"])
     task = rng.randint(0, 12)
     spelled = kind.lower() if rng.random() < 0.25 else kind
-    form = rng.randrange(5)
-    name = [f"/job:{job}/replica:0/task:{task}/device:{spelled}:{index}", f"/device:{spelled}:{index}",
-            f"/{spelled}:{index}", f"{spelled}:{index}", f"/job:{job}/task:{task}/device:{spelled}:{index}"][form]
-    return name, f"{kind}:{index}"
+    return rng.choice([f"/job:{job}/replica:0/task:{task}/device:{spelled}:{index}", f"/device:{spelled}:{index}",
+                       f"/{spelled}:{index}", f"{spelled}:{index}", f"/job:{job}/task:{task}/device:{spelled}:{index}"])
 
 
-def _tensor_device(got, what):
-    """Short device name of the eager tensor ``got``; a learner-facing Fail if it is not one."""
+# --------------------------------------------------------------------------- learner-side helpers (observe only)
+
+
+def _tensor_facts(value) -> dict:
+    """Plain facts about what the learner returned: is it an eager tensor, where does it live, its values."""
     import tensorflow as tf
 
-    if not tf.is_tensor(got) or not isinstance(getattr(got, "device", None), str) or "device:" not in got.device:
-        raise Fail(f"{what} should be a TensorFlow tensor (so it knows its device), got {type(got).__name__}: "
-                   "do not convert it with .numpy() or Python/NumPy arithmetic")
-    return _short(got.device)
+    facts = {"type": type(value).__name__, "is_tensor": False, "device": None, "value": None, "shape": None}
+    if tf.is_tensor(value) and isinstance(getattr(value, "device", None), str) and "device:" in value.device:
+        facts.update(is_tensor=True, device=value.device, shape=list(value.shape), value=value.numpy().tolist())
+    return facts
 
 
-@item("q1", points=2, title="short_name turns any device string into TYPE:index")
-def q1(ns):
-    fn = ns.function("short_name")
-    rng = random.Random()
-    cases = [_random_name(rng) for _ in range(25)]
-    cases += [("/job:localhost/replica:0/task:0/device:CPU:0", "CPU:0"), ("/device:GPU:12", "GPU:12"),
-              ("/job:localhost/replica:0/task:3/device:gpu:2", "GPU:2")]
-    rng.shuffle(cases)
-    for name, want in cases:
-        got = fn(name)
-        if got != want:
-            raise Fail(f"short_name({name!r}) should be {want!r}, got {got!r}")
-    for bad in ("", "/job:localhost/replica:0/task:0", f"/job:worker/task:{rng.randint(1, 9)}"):
-        expect_raises(lambda: fn(bad), f"short_name({bad!r})", "there is no device in it")
-
-
-def _logical_names():
+def _logical_names() -> list[str]:
     import tensorflow as tf
 
     return [d.name for d in tf.config.list_logical_devices() if d.device_type in ("CPU", "GPU")]
 
 
-@item("q2", points=2, title="run_where runs a function on the device its input lives on")
-def q2(ns):
+def _pick(names: list[str], fraction: float) -> str:
+    return names[min(int(fraction * len(names)), len(names) - 1)]
+
+
+def _runtime_soft_placement() -> bool:
+    """Does the eager runtime really fall back from a missing device? (Not what the setting says.)"""
     import tensorflow as tf
 
-    fn = ns.function("run_where")
-    rng = random.Random()
-    default = _short(tf.ones(1).device)  # where an op without tf.device lands
-    names = [n for n in _logical_names() if _short(n) != default]
-    if not names:
-        raise Fail("this check needs at least two logical devices: run the setup cell at the top of the lab first")
-    for name in rng.sample(names, min(len(names), 3)):
+    missing = f"/device:CPU:{len(tf.config.list_logical_devices('CPU')) + 11}"
+    try:
+        with tf.device(missing):
+            tf.zeros(())
+        return True
+    except tf.errors.InvalidArgumentError:
+        return False
+
+
+def _not_a_tensor(facts: dict, what: str) -> str | None:
+    if facts["is_tensor"]:
+        return None
+    return (f"{what} should be a TensorFlow tensor (so it knows its device), got a {facts['type']}: "
+            "do not convert it with .numpy() or Python/NumPy arithmetic")
+
+
+def _close(got, want, tol: float = 1e-4) -> bool:
+    return isinstance(got, (int, float)) and abs(got - want) <= tol * max(1.0, abs(want))
+
+
+# --------------------------------------------------------------------------- q1
+
+
+@item("q1", points=2, title="short_name turns any device string into TYPE:index")
+class q1:
+    def cases(rng):
+        names = [_random_name(rng) for _ in range(25)]
+        names += ["/job:localhost/replica:0/task:0/device:CPU:0", "/device:GPU:12",
+                  "/job:localhost/replica:0/task:3/device:gpu:2", f"/device:XLA_GPU:{rng.randint(0, 9)}"]
+        rng.shuffle(names)
+        bad = ["", "/job:localhost/replica:0/task:0", f"/job:worker/task:{rng.randint(1, 9)}"]
+        return [{"name": n} for n in names] + [{"name": b, "bad": True} for b in bad]
+
+    def observe(ns, case):
+        fn = ns.function("short_name")
+        return outcome(lambda: fn(case["name"]))
+
+    def judge(case, seen):
+        name = case["name"]
+        if case.get("bad"):
+            return expect_raised(seen, f"short_name({name!r})", "there is no device in it")
+        want = _short(name)
+        if "raised" in seen:
+            raise Fail(f"short_name({name!r}) should be {want!r}, but it raised {seen['raised']}: {seen['message']}")
+        got = seen["value"]
+        if got == want:
+            return
+        hint = ""
+        if isinstance(got, str) and ("/" in got or "job:" in got or "device:" in got):
+            hint = " Keep only the last part, TYPE:index: drop the job, replica, task and 'device:'."
+        elif isinstance(got, str) and got.upper() == want:
+            hint = " Write the type in upper case (TensorFlow accepts 'gpu:1', but prints 'GPU:1')."
+        elif "_" in want:
+            hint = " Device types can contain '_' (XLA_GPU): split on the last ':' only."
+        raise Fail(f"short_name({name!r}) should be {want!r}, got {got!r}.{hint}")
+
+
+# --------------------------------------------------------------------------- q2
+
+
+@item("q2", points=2, title="run_where runs a function on the device its input lives on")
+class q2:
+    def cases(rng):
+        out = []
+        for _ in range(3):
+            rows, cols = rng.randint(2, 5), rng.randint(2, 5)
+            out.append({"pick": rng.random(), "shape": [rows, cols], "scale": round(rng.uniform(0.5, 3.0), 3),
+                        "values": [round(rng.uniform(-1, 1), 3) for _ in range(rows * cols)]})
+        return out
+
+    def observe(ns, case):
+        import tensorflow as tf
+
+        fn = ns.function("run_where")
+        default = tf.ones(1).device  # where an op without tf.device lands
+        names = [n for n in _logical_names() if _short(n) != _short(default)]
+        if not names:
+            return {"names": []}
+        name = _pick(names, case["pick"])
         with tf.device(name):
-            x = tf.random.uniform((rng.randint(2, 6), rng.randint(2, 6)))
-        scale = rng.uniform(0.5, 3.0)
+            x = tf.reshape(tf.constant(case["values"], tf.float32), case["shape"])
+        scale = case["scale"]
         got = fn(x, lambda t: tf.reduce_sum(t * scale))
-        where = _tensor_device(got, "run_where(x, fn) should return fn(x), which")
-        if where != _short(x.device):
-            raise Fail(f"x lives on {_short(x.device)} but the result was computed on {where}; "
-                       "without tf.device TensorFlow does not follow your data, it copies it to the default device")
-        want = float(tf.reduce_sum(x).numpy()) * scale
-        if abs(float(got.numpy()) - want) > 1e-4 * max(1.0, abs(want)):
-            raise Fail(f"run_where(x, fn) should return fn(x) = {want:.5f}, got {float(got.numpy()):.5f}")
+        return {"names": names, "x_device": x.device, "got": _tensor_facts(got)}
+
+    def judge(case, seen):
+        if not seen["names"]:
+            raise Fail("this check needs at least two logical devices: run the setup cell at the top of the lab "
+                       "first (it splits the device), then this cell again")
+        got, where_x = seen["got"], _short(seen["x_device"])
+        problem = _not_a_tensor(got, "run_where(x, fn) should return fn(x), which")
+        if problem:
+            raise Fail(problem)
+        if _short(got["device"]) != where_x:
+            raise Fail(f"x lives on {where_x} but the result was computed on {_short(got['device'])}; without "
+                       "tf.device TensorFlow does not follow your data, it copies it to the default device")
+        want = sum(case["values"]) * case["scale"]
+        if not _close(got["value"], want):
+            raise Fail(f"run_where(x, fn) should return fn(x) = {want:.5f} (x of shape {case['shape']}), "
+                       f"got {got['value']!r}")
+
+
+# --------------------------------------------------------------------------- q3
 
 
 @item("q3", points=3, title="place_strictly turns soft placement off, raises ValueError, restores the setting")
-def q3(ns):
-    import tensorflow as tf
-
-    fn = ns.function("place_strictly")
-    rng = random.Random()
-    original = tf.config.get_soft_device_placement()
-    names = _logical_names()
-    n_cpu = len(tf.config.list_logical_devices("CPU"))
-    n_gpu = len(tf.config.list_logical_devices("GPU"))
-    missing = [f"/CPU:{n_cpu + rng.randint(0, 5)}", f"/device:GPU:{n_gpu + rng.randint(0, 5)}"]
-    try:
+class q3:
+    def cases(rng):
+        out = []
         for before in (True, False):
-            for name in rng.sample(names, min(len(names), 2)):
-                tf.config.set_soft_device_placement(before)
-                k = rng.randint(2, 5)
-                seen = []
+            group = [{"before": before, "pick": rng.random(), "k": rng.randint(2, 5)} for _ in range(2)]
+            group += [{"before": before, "missing": kind, "offset": rng.randint(0, 5)} for kind in ("CPU", "GPU")]
+            rng.shuffle(group)
+            out += group
+        return out
 
-                def work():
-                    seen.append(tf.config.get_soft_device_placement())
-                    return tf.matmul(tf.ones((k, k)), tf.ones((k, k)))
+    def observe(ns, case):
+        import tensorflow as tf
 
-                got = fn(name, work)
-                now = tf.config.get_soft_device_placement()
-                if now != before:
-                    raise Fail(f"soft placement was {before} before place_strictly({name!r}, ...) and {now} after: "
-                               "restore the previous setting")
-                if seen != [False]:
-                    raise Fail(f"place_strictly({name!r}, fn) should call fn() once with soft placement off; "
-                               f"fn() was called {len(seen)} time(s), soft placement during the call(s): {seen}")
-                where = _tensor_device(got, f"place_strictly({name!r}, fn) should return fn(), which")
-                if where != _short(name):
-                    raise Fail(f"place_strictly({name!r}, fn) should return fn() computed on {_short(name)}, "
-                               f"got {where}")
-                if float(got.numpy()[0, 0]) != k:
-                    raise Fail(f"place_strictly should return fn()'s result, got {got.numpy()!r}")
-            for name in missing:
-                tf.config.set_soft_device_placement(before)
-                try:
-                    got = fn(name, lambda: tf.matmul(tf.ones((2, 2)), tf.ones((2, 2))))
-                except ValueError as exc:
-                    if _short(name) not in str(exc) and name not in str(exc):
-                        raise Fail(f"the ValueError for {name!r} should name that device, it says: {exc}")
-                except Exception as exc:
-                    raise Fail(f"place_strictly({name!r}, fn) on a device that does not exist should raise "
-                               f"ValueError, it raised {type(exc).__name__}")
-                else:
-                    where = _short(got.device) if tf.is_tensor(got) else repr(got)
-                    raise Fail(f"place_strictly({name!r}, fn) should raise ValueError (no such device), but it "
-                               f"returned a result on {where}: soft placement was not off")
-                now = tf.config.get_soft_device_placement()
-                if now != before:
-                    raise Fail(f"soft placement was {before} before the failing place_strictly({name!r}, ...) and "
-                               f"{now} after: restore it even when TensorFlow raises (try/finally)")
-    finally:
-        tf.config.set_soft_device_placement(original)
+        fn = ns.function("place_strictly")
+        soft0, log0 = tf.config.get_soft_device_placement(), tf.debugging.get_log_device_placement()
+        if "missing" in case:
+            n = len(tf.config.list_logical_devices(case["missing"]))
+            name = (f"/CPU:{n + case['offset']}" if case["missing"] == "CPU"
+                    else f"/device:GPU:{n + case['offset']}")
+        else:  # off the default device, so that a result computed in the wrong place shows
+            default = _short(tf.ones(1).device)
+            names = _logical_names()
+            name = _pick([n for n in names if _short(n) != default] or names, case["pick"])
+        k = case.get("k", 2)
+        calls = []
+
+        def work():
+            calls.append([tf.config.get_soft_device_placement(), _runtime_soft_placement()])
+            return tf.matmul(tf.ones((k, k)), tf.ones((k, k)))
+
+        tf.config.set_soft_device_placement(case["before"])
+        try:
+            seen = outcome(lambda: _tensor_facts(fn(name, work)))
+            seen.update(name=name, calls=calls, soft_after=tf.config.get_soft_device_placement(),
+                        runtime_after=_runtime_soft_placement())
+            return seen
+        finally:  # the log flag first: in TF 2.21 setting it also sets the runtime's soft placement
+            tf.debugging.set_log_device_placement(log0)
+            tf.config.set_soft_device_placement(soft0)
+
+    def judge(case, seen):
+        name, before = seen["name"], case["before"]
+        call = f"place_strictly({name!r}, fn)"
+        if "missing" in case:
+            if "raised" not in seen:
+                got = seen["value"]
+                where = _short(got["device"]) if got["is_tensor"] else f"a {got['type']}"
+                raise Fail(f"{call} should raise ValueError ({name} does not exist), but it returned a result on "
+                           f"{where}: soft placement was still on (turn it off with "
+                           "tf.config.set_soft_device_placement(False))")
+            expect_raised(seen, call, f"{name} does not exist: turn TensorFlow's InvalidArgumentError into a "
+                                      "ValueError")
+            if _short(name) not in seen["message"] and name not in seen["message"]:
+                raise Fail(f"the ValueError for {name!r} should name that device, it says: {seen['message']}")
+        else:
+            if "raised" in seen:
+                raise Fail(f"{call} raised {seen['raised']} although {name} exists: {seen['message']}")
+            calls = seen["calls"]
+            if len(calls) != 1:
+                raise Fail(f"{call} should call fn() exactly once, with soft placement off; it called it "
+                           f"{len(calls)} time(s)")
+            setting, runtime = calls[0]
+            if setting and not runtime:
+                raise Fail(f"during fn() tf.config.get_soft_device_placement() said True while the runtime had soft "
+                           "placement off: that is what tf.debugging.set_log_device_placement(False) does after the "
+                           "first op (a TF 2.21 bug). Turn soft placement off with "
+                           "tf.config.set_soft_device_placement(False)")
+            if setting:
+                raise Fail(f"soft placement was still on while {call} ran fn(): turn it off with "
+                           "tf.config.set_soft_device_placement(False) first")
+            got = seen["value"]
+            problem = _not_a_tensor(got, f"{call} should return fn(), which")
+            if problem:
+                raise Fail(problem)
+            if _short(got["device"]) != _short(name):
+                raise Fail(f"{call} should return fn() computed on {_short(name)}, got {_short(got['device'])}")
+            if got["value"] != [[float(case["k"])] * case["k"]] * case["k"]:
+                raise Fail(f"{call} should return fn()'s result, got {got['value']!r}")
+        after = seen["soft_after"]
+        if after != before:
+            said = f"soft placement was {before} before {call} and {after} after"
+            if after:
+                raise Fail(f"{said}: put back the value you read with tf.config.get_soft_device_placement() "
+                           "before the call, not True")
+            if "missing" in case:
+                raise Fail(f"{said} TensorFlow raised: restore it in a finally block, so that it is restored even "
+                           "when the call fails")
+            raise Fail(f"{said}: restore the previous setting (read it with tf.config.get_soft_device_placement() "
+                       "first)")
+        if seen["soft_after"] and not seen["runtime_after"]:
+            raise Fail(f"after {call} tf.config.get_soft_device_placement() says True but the runtime's soft "
+                       "placement is off: do not call tf.debugging.set_log_device_placement(False) (in TF 2.21 it "
+                       "switches soft placement off); use tf.config.set_soft_device_placement")
+
+
+# --------------------------------------------------------------------------- q4
 
 
 @item("q4", points=3, title="replicate_and_sum runs one replica per device and add_n's on the reduce device")
-def q4(ns):
-    import tensorflow as tf
+class q4:
+    def cases(rng):
+        out = []
+        for trial in range(3):
+            n = rng.randint(2, 5)
+            out.append({"picks": [rng.random() for _ in range(n)], "off": rng.randrange(n), "off_pick": rng.random(),
+                        "reduce_pick": None if trial == 0 else rng.random(), "size": rng.randint(2, 7),
+                        "base": round(rng.uniform(-2.0, 2.0), 3)})
+        return out
 
-    fn = ns.function("replicate_and_sum")
-    rng = random.Random()
-    names = _logical_names()
-    others = [n for n in names if _short(n) != "CPU:0"] or names  # so a sum left on the default device fails
-    for trial in range(3):
-        devs = [rng.choice(names) for _ in range(rng.randint(2, 5))]
-        devs[rng.randrange(len(devs))] = rng.choice(others)  # at least one replica off the default device
-        reduce_on = "/CPU:0" if trial == 0 else rng.choice(others)
-        size, base = rng.randint(2, 7), rng.uniform(-2.0, 2.0)
+    def observe(ns, case):
+        import tensorflow as tf
+
+        fn = ns.function("replicate_and_sum")
+        names = _logical_names()
+        others = [n for n in names if _short(n) != "CPU:0"] or names  # so a sum left on the default device fails
+        devs = [_pick(names, p) for p in case["picks"]]
+        devs[case["off"]] = _pick(others, case["off_pick"])  # at least one replica off the default device
+        reduce_on = "/CPU:0" if case["reduce_pick"] is None else _pick(others, case["reduce_pick"])
+        size, base = case["size"], case["base"]
+        called = []
 
         def replica(i):
+            called.append(i if isinstance(i, int) else repr(i))
             return tf.ones((size,)) * (base + 3.0 * i)
 
-        args = (replica, devs) if trial == 0 else (replica, devs, reduce_on)
-        out = fn(*args)
-        if not (isinstance(out, tuple) and len(out) == 2):
-            raise Fail(f"replicate_and_sum should return (partials, total), got {type(out).__name__}")
-        partials, total = out
-        partials = list(partials)
+        out = fn(replica, devs) if case["reduce_pick"] is None else fn(replica, devs, reduce_on)
+        seen = {"devs": devs, "reduce_on": reduce_on, "called": called, "returned": type(out).__name__}
+        if isinstance(out, (tuple, list)) and len(out) == 2:
+            partials, total = out
+            seen["partials"] = [_tensor_facts(p) for p in partials] if isinstance(partials, (list, tuple)) else None
+            seen["total"] = _tensor_facts(total)
+        return seen
+
+    def judge(case, seen):
+        devs, reduce_on = seen["devs"], seen["reduce_on"]
+        if "total" not in seen:
+            raise Fail(f"replicate_and_sum should return a pair (partials, total), got a {seen['returned']}")
+        partials = seen["partials"]
+        if partials is None:
+            raise Fail("the first element of the pair should be the list of partial results")
         if len(partials) != len(devs):
             raise Fail(f"for devices {devs} expected {len(devs)} partial results, got {len(partials)}")
+        if sorted(map(str, seen["called"])) != sorted(map(str, range(len(devs)))):
+            raise Fail(f"for {len(devs)} devices fn should be called with 0 .. {len(devs) - 1}, one call each; "
+                       f"it was called with {seen['called']}")
         for i, (p, d) in enumerate(zip(partials, devs)):
-            where = _tensor_device(p, f"partial result {i}")
-            if where != _short(d):
-                raise Fail(f"partial result {i} should be computed on {_short(d)} (devices={devs}), "
-                           f"it is on {where}")
-            if abs(float(p.numpy()[0]) - (base + 3.0 * i)) > 1e-5:
-                raise Fail(f"partial result {i} should be fn({i}), got {p.numpy()!r}")
-        where = _tensor_device(total, "the total")
-        if where != _short(reduce_on):
-            raise Fail(f"the sum should be computed on {_short(reduce_on)} (reduce_on={reduce_on!r}), "
-                       f"it is on {where}")
-        want = sum(base + 3.0 * i for i in range(len(devs)))
-        if tuple(total.shape) != (size,) or abs(float(total.numpy()[0]) - want) > 1e-4:
-            raise Fail(f"the total for {len(devs)} replicas should be {want:.4f} in every element "
-                       f"(shape ({size},)), got {total.numpy()!r}")
+            problem = _not_a_tensor(p, f"partial result {i}")
+            if problem:
+                raise Fail(problem)
+            if _short(p["device"]) != _short(d):
+                raise Fail(f"partial result {i} should be computed on {_short(d)} (devices={devs}), it is on "
+                           f"{_short(p['device'])}: run fn(i) under tf.device(devices[i])")
+            if not _close(p["value"][0], case["base"] + 3.0 * i, 1e-5):
+                raise Fail(f"partial result {i} should be fn({i}), got {p['value']!r}")
+        total = seen["total"]
+        problem = _not_a_tensor(total, "the total")
+        if problem:
+            raise Fail(problem)
+        if _short(total["device"]) != _short(reduce_on):
+            raise Fail(f"the sum should be computed on {_short(reduce_on)} (reduce_on={reduce_on!r}), it is on "
+                       f"{_short(total['device'])}: call tf.add_n under tf.device(reduce_on)")
+        want = sum(case["base"] + 3.0 * i for i in range(len(devs)))
+        size = case["size"]
+        if total["shape"] != [size] or not all(_close(v, want) for v in total["value"]):
+            raise Fail(f"the total of {len(devs)} replicas should be {want:.4f} in every element (shape "
+                       f"({size},), what tf.add_n gives), got {total['value']!r} of shape {tuple(total['shape'])}")
