@@ -9,6 +9,7 @@ One module per topic, plus shared plumbing:
 
 =====================  =======================================================
 ``devices``            01 device report, environment doctor, logical devices
+``startup``            01 fresh-process probes: first calls, thread pools
 ``placement``          02 placement logging and op -> device tables
 ``memory``             03 memory growth, limits, peak-memory measurement
 ``memory_explorer``    03 memory explorer: batch, precision, accumulation vs a budget
@@ -63,6 +64,7 @@ _SUBMODULES = (
     "precision_hardware",
     "precision_scaling",
     "profiling",
+    "startup",
     "timing",
     "xla",
 )
