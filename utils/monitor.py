@@ -132,7 +132,8 @@ class UtilisationMonitor:
         if sources is None:
             sources = default_sources()
         if not isinstance(sources, Mapping):
-            raise TypeError(f"sources must be a {{name: callable returning a percentage}} dict, got {type(sources).__name__}")
+            raise TypeError("sources must be a {name: callable returning a percentage} dict, "
+                            f"got {type(sources).__name__}")
         if not sources:
             raise ValueError("sources is empty: give at least one {name: callable returning a percentage}")
         bad = [k for k, fn in sources.items() if not isinstance(k, str) or not callable(fn)]

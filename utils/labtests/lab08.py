@@ -131,7 +131,8 @@ class q1:
                 value = row.get(key)
                 if _close(value, w[key], 1e-6):
                     continue
-                hint = " Count only ranges on the step's own thread (same pid and tid) that lie entirely inside the step."
+                hint = (" Count only ranges on the step's own thread (same pid and tid) that lie entirely inside "
+                        "the step.")
                 if _close(value, w[key] * 1e3, 1e-3):
                     hint = " The trace's ts and dur are in microseconds: divide by 1000 for milliseconds."
                 elif _rows_match(got, _split(trace, same_thread=False)):
