@@ -27,7 +27,7 @@ __all__ = ["SOURCES", "REQUIRED_KEYS", "collect", "format_table", "main"]
 SOURCES = (
     ("gpucourse.pipeline", "07 tf.data: pipelines vs max(producer, consumer)"),
     ("gpucourse.xla", "06 XLA: eager vs tf.function vs jit_compile"),
-    ("gpucourse.simulate", "08 capstone: accelerator utilisation, slow vs tuned"),
+    ("gpucourse.profiling", "08 capstone: accelerator utilisation, slow vs tuned"),
 )
 REQUIRED_KEYS = ("topic", "case", "median_s", "bound_s", "ratio_to_bound", "speedup", "note")
 

@@ -35,8 +35,7 @@ from ._tf import tf as _tf
 
 __all__ = [
     "AUTOTUNE", "AUGMENT_S", "LOAD_S", "POOL_THREADS", "STEPS", "STEP_S", "TOGGLES",
-    "Device", "Lanes", "Pipeline", "Run", "Stage", "TimelineEvent", "Workload",
-    "benchmark", "feed", "source",
+    "Device", "Lanes", "Pipeline", "Run", "Stage", "TimelineEvent", "Workload", "feed", "source",
 ]
 
 #: Device time per training step (seconds).
@@ -510,18 +509,16 @@ class Workload:
     """
 
     def __init__(self, pipeline: Pipeline | None = None, fns: Mapping[str, Callable[[int], int]] | None = None):
-        if pipeline is None:
-            pipeline = Pipeline()
+        pipeline = Pipeline() if pipeline is None else pipeline
         if not isinstance(pipeline, Pipeline):
             raise TypeError(f"pipeline must be a gpucourse.simulate.Pipeline, got {type(pipeline).__name__}")
         fns = dict(fns or {})
-        unknown = sorted(set(fns) - {name for name, _ in pipeline.stages})
-        if unknown:
-            raise ValueError(f"fns names unknown stage(s) {unknown}")
+        if set(fns) - {name for name, _ in pipeline.stages}:
+            raise ValueError(f"fns names unknown stage(s) {sorted(set(fns) - {n for n, _ in pipeline.stages})}")
         self.pipeline = pipeline
         self.lanes = Lanes(["read"] + [name for name, _ in pipeline.stages] + [WAIT_LANE, DEVICE_LANE])
         self.read = Stage(pipeline.read_s, None, "read", lanes=self.lanes)
-        self.stages = {name: Stage(s, fns.get(name, _default_fn), name, lanes=self.lanes)
+        self.stages = {name: Stage(s, fns.get(name, lambda v: 2 * v + 1), name, lanes=self.lanes)
                        for name, s in pipeline.stages}
         self.device = Device(pipeline.step_s, self.lanes)
         self.delivered: list[int] = []
@@ -559,12 +556,8 @@ class Workload:
         return sorted(values)
 
     def source(self, interleave: int | None = None, read: bool | None = None):
-        """Dataset of records, read when the pipeline reads (no options set: add your own).
-
-        Shard ``s`` holds records ``s, s + shards, ...``, read one after another.
-        ``interleave=k`` reads ``k`` shards at once (``interleave(cycle_length=k,
-        num_parallel_calls=k)``); ``read=False`` gives the records straight from memory.
-        """
+        """Records, read when the pipeline reads (shard ``s`` holds ``s, s + shards, ...``, read in turn); no
+        options set. ``interleave=k`` reads ``k`` shards at once; ``read=False`` serves records from memory."""
         tf = _tf()
         p = self.pipeline
         read = p.reads if read is None else _flag("read", read)
@@ -581,7 +574,7 @@ class Workload:
         return shards.interleave(shard, cycle_length=k, num_parallel_calls=k)
 
     def build(self, **toggles):
-        """The pipeline's dataset, with any :class:`Pipeline` toggles changed (``parallel=4``, ``prefetch=True``...)."""
+        """The pipeline's dataset, with :class:`Pipeline` toggles changed (``parallel=4``, ``prefetch=True``...)."""
         return self._build(**toggles)[0]
 
     def _build(self, **toggles):
@@ -622,39 +615,3 @@ class Workload:
             entry[2] = True  # a full epoch completes a cache
         return run
 
-
-def _default_fn(v: int) -> int:
-    return 2 * v + 1
-
-
-# --------------------------------------------------------------------------- the capstone benchmark
-
-
-def benchmark(quick: bool = False) -> list[dict]:
-    """The capstone side by side (slow, prefetch only, tuned): rows of ``topic, case, median_s, bound_s,
-    ratio_to_bound, speedup, utilisation, note`` (median of 3 epochs after a warm-up; ~12 s, ``quick`` ~3 s)."""
-    import statistics
-
-    from .timing import compare
-
-    _flag("quick", quick)
-    base = Pipeline(n=12 if quick else 20)
-    cases = {"slow: sequential maps": {}, "prefetch only": {"prefetch": True},
-             "parallel maps x4 + prefetch": {"parallel": 4, "prefetch": True}}
-    work = {name: base.workload() for name in cases}
-    runs: dict[str, list[Run]] = {name: [] for name in cases}
-    bounds = {name: _bound_s(base.replace(**toggles)) for name, toggles in cases.items()}
-
-    def go(name):
-        return lambda: runs[name].append(work[name].run(**cases[name]))
-
-    comp = compare({name: go(name) for name in cases}, warmup=0 if quick else 1, repeats=1 if quick else 3)
-    rows = []
-    for name in cases:
-        timed = runs[name][-len(comp[name].times_s):]
-        best = timed[0].best_utilisation
-        rows.append({"topic": "08 capstone", "case": name, "median_s": comp[name].median_s, "bound_s": bounds[name],
-                     "ratio_to_bound": comp[name].median_s / bounds[name], "speedup": comp.speedup(name),
-                     "utilisation": statistics.median(r.utilisation for r in timed),
-                     "note": f"{base.n} steps of {base.step_s * 1e3:.0f} ms; best utilisation {best:.0%}"})
-    return rows
