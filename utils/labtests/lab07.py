@@ -44,6 +44,31 @@ def _decoded(case) -> list[int]:
     return sorted(a * r + b for r in range(case["n"]))
 
 
+def _drain(ds, lanes, first_lane):
+    """Take every element as soon as it is ready (no step in between): delivery times, in seconds after the
+    first ``first_lane`` period started (``None`` if that stage never ran), and the flattened values."""
+    import time
+
+    lanes.reset()
+    got, values = [], []
+    for element in ds:
+        got.append(time.perf_counter())
+        values.extend(element.numpy().reshape(-1).tolist())
+    starts = [e.start_s for e in lanes.events() if e.lane.split(" #")[0] == first_lane]
+    if not starts:
+        return None, values
+    return [g - min(starts) for g in got], values
+
+
+def _device_end(got, step_s) -> float:
+    """When a simulated accelerator finishes, starting each step once its element is there and the last
+    step is done (virtual time: every step takes exactly ``step_s``, however loaded the machine is)."""
+    end = 0.0
+    for g in got:
+        end = max(g, end) + step_s
+    return end
+
+
 def _sample(values, k=6) -> str:
     return str(values) if len(values) <= k else f"[{', '.join(map(str, values[:k]))}, ...] ({len(values)} values)"
 
@@ -171,9 +196,9 @@ class q3:
         epochs = []
         for _ in range(3):  # epoch 1 is a warm-up: tracing and thread start-up are not what we grade
             before = dict(w.counts)
-            seconds = w.train(ds).seconds
+            got, values = _drain(ds, w.lanes, "read")
             after = w.counts
-            epochs.append({"seconds": seconds, "delivered": sorted(w.delivered),
+            epochs.append({"got": got, "delivered": sorted(values),
                            "reads": after["read"] - before["read"], "decodes": after["decode"] - before["decode"]})
         return {"type": "Dataset", "epochs": epochs}
 
@@ -189,9 +214,10 @@ class q3:
                 raise Fail(f"in epoch {i + 1} of {n} records the source was read {e['reads']} times and decode ran "
                            f"{e['decodes']} times; both should run {n} times per epoch. Build on `source` and "
                            "`decode` (no cache here: this item is about overlapping the work, not skipping it)")
-        # `source` reads one record after another; decode may run on every record at once
+        # `source` reads one record after another; decode may run on every record at once. The epoch runs from
+        # the first read to the end of the last step of a simulated accelerator fed with the measured deliveries.
         bound = _bound(n, [(case["read_s"], 1), (case["decode_s"], n), (case["step_s"], 1)])
-        best = min(e["seconds"] for e in seen["epochs"][1:])
+        best = min(_device_end(e["got"], case["step_s"]) for e in seen["epochs"][1:])
         if best / bound > Q3_LIMIT:
             raise Fail(f"{n} records (read {case['read_s'] * 1e3:g} ms, decode {case['decode_s'] * 1e3:g} ms, step "
                        f"{case['step_s'] * 1e3:g} ms): your pipeline took {best * 1e3:.0f} ms per epoch, "

@@ -5,9 +5,10 @@ draws fresh inputs on the grader's side (random traces, spans, timings and
 stage functions), ``observe`` runs the learner's code in the learner's kernel
 and returns plain data, and ``judge`` computes every expected answer here from
 the case, with the private reference functions below (never with a course
-helper). The capstone (q4) measures in the learner's kernel how busy a
-sleep-based simulated accelerator was; the judge computes the utilisation from
-the measured spans, so it does not depend on how busy the CPU is.
+helper). The capstone (q4) measures in the learner's kernel when the learner's
+pipeline delivers each element; the judge runs a simulated accelerator on those
+deliveries in virtual time (each step exactly 20 ms), so a busy CPU, which
+makes every sleep overshoot, cannot turn a too-slow pipeline into a passing one.
 """
 
 from __future__ import annotations
@@ -262,32 +263,39 @@ class q3:
 # --------------------------------------------------------------------------- q4
 
 
-def _feed(ds, step_s, steps):
-    """The simulated accelerator, in the learner's kernel: one element per step of ``step_s`` (a sleep)."""
-    waits, spans, values = [], [], []
+def _drain(ds, lanes, steps):
+    """Take up to ``steps`` elements as soon as each is ready: delivery times in seconds after the first
+    ``load`` started (the pipeline's own clock, without iterator start-up), and the elements."""
+    got, values = [], []
     it = iter(ds)
-    t_ask = time.perf_counter()
-    while len(spans) < steps:
+    while len(got) < steps:
         try:
             element = next(it)
         except StopIteration:
             break
-        waits.append([t_ask, time.perf_counter()])
+        got.append(time.perf_counter())
         values.append(element)
-        t0 = time.perf_counter()
-        time.sleep(step_s)
-        spans.append([t0, time.perf_counter()])
-        t_ask = time.perf_counter()
-    base = waits[0][0] if waits else 0.0
-    return ([[a - base, b - base] for a, b in waits], [[a - base, b - base] for a, b in spans], values)
+    starts = [e.start_s for e in lanes.events() if e.lane.split(" #")[0] == "load"]
+    base = min(starts) if starts else (got[0] if got else 0.0)
+    return [g - base for g in got], values
 
 
-def _steady(spans) -> float:
-    """Steps x step time / time after the first step (the device runs one step at a time: no overlaps)."""
+def _device(got, step_s) -> list:
+    """Steps of a simulated accelerator fed with these deliveries, in virtual time: a step starts once its
+    element is there and the previous step is done, and takes exactly ``step_s`` however loaded the machine is."""
+    spans, end = [], 0.0
+    for g in got:
+        start = max(g, end)
+        end = start + step_s
+        spans.append([start, end])
+    return spans
+
+
+def _steady(spans, step_s) -> float:
+    """Steps x step time / time after the first step."""
     if len(spans) < 2:
         return 0.0
-    window = spans[-1][1] - spans[0][1]
-    return sum(e - s for s, e in spans[1:]) / window if window > 0 else 1.0
+    return (len(spans) - 1) * step_s / (spans[-1][1] - spans[0][1])
 
 
 @item("q4", points=5, title="fast_pipeline keeps the simulated accelerator busy >= 90% of the time")
@@ -306,14 +314,15 @@ class q4:
         a, b, c, n = case["a"], case["b"], case["c"], len(case["values"])
         attempts = []
         for _ in range(case["attempts"]):  # two measurements; the judge grades the better one (a noisy machine)
-            load = simulate.Stage(case["load_s"], lambda v: a * v + b, "load")
-            augment = simulate.Stage(case["augment_s"], lambda v: c * v, "augment")
+            lanes = simulate.Lanes()
+            load = simulate.Stage(case["load_s"], lambda v: a * v + b, "load", lanes=lanes)
+            augment = simulate.Stage(case["augment_s"], lambda v: c * v, "augment", lanes=lanes)
             ds = fn(simulate.source(values=case["values"]), load, augment)
             if not isinstance(ds, tf.data.Dataset):
                 return {"type": type(ds).__name__}
             before = [load.elements, augment.elements]
-            waits, spans, values = _feed(ds, case["step_s"], n + 1)
-            attempts.append({"before": before, "waits": waits, "spans": spans, "values": values,
+            got, values = _drain(ds, lanes, n + 1)
+            attempts.append({"before": before, "got": got, "values": values,
                              "calls": [load.elements, augment.elements]})
         return {"type": "Dataset", "attempts": attempts}
 
@@ -336,7 +345,7 @@ class q4:
             if min(att["calls"]) < n:
                 raise Fail(f"every element must go through load and augment: they ran {att['calls'][0]} and "
                            f"{att['calls'][1]} times for {n} elements")
-            startup, util = att["waits"][0][1] - att["waits"][0][0], _steady(att["spans"])
+            startup, util = att["got"][0], _steady(_device(att["got"], step), step)
             key = (startup <= startup_limit, util)
             if best is None or key > best[0]:
                 best = (key, startup, util)
