@@ -60,7 +60,7 @@ DEVICE_LANE = "device"
 
 def _parallel(name: str, value):
     """None (a sequential map), a whole number >= 1, or AUTOTUNE (-1)."""
-    if value is None or value == AUTOTUNE and not isinstance(value, bool):
+    if value is None or (type(value) is int and value == AUTOTUNE):
         return value
     return _validate.whole(name, value, 1, what="num_parallel_calls: None, a number >= 1 or tf.data.AUTOTUNE")
 
