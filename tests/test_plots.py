@@ -14,6 +14,10 @@ def test_helpers_draw():
     assert len(ax.patches) == 2 and ax.get_xlabel() == "ratio"
     ax = plots.timeline([("input", 0.0, 0.1), ("train", 0.1, 0.3), ("input", 0.1, 0.2)])
     assert [t.get_text() for t in ax.get_yticklabels()] == ["input", "train"]
+    # slots of one stage share a colour; other stages get their own
+    ax = plots.timeline([("decode #1", 0.0, 0.1), ("decode #2", 0.0, 0.1), ("device", 0.1, 0.2)])
+    colours = [tuple(c.get_facecolor()[0]) for c in ax.collections]
+    assert colours[0] == colours[1] != colours[2]
     ax = plots.lines([1, 2, 4], {"throughput": [1, 1.8, 3.1]}, xlabel="replicas")
     assert len(ax.lines) == 1
     cmp = timing.Comparison([timing.Timing("a", [0.01]), timing.Timing("b", [0.02])], "a", 0.005)

@@ -62,7 +62,9 @@ def comparison_bars(comparison, *, title: str = "", ax=None):
 def timeline(events: Sequence[tuple[str, float, float]], *, title: str = "", ax=None, colors=None):
     """Gantt-style timeline: one lane per label, a bar per ``(lane, start_s, end_s)`` event.
 
-    Used to show when the input pipeline and the training step overlap.
+    Used to show when the input pipeline and the training step overlap. Slots of
+    one stage (``"decode #1"``, ``"decode #2"``, as :class:`gpucourse.simulate.Lanes`
+    names them) share a colour.
     """
     events = list(events)
     if not events:
@@ -71,12 +73,13 @@ def timeline(events: Sequence[tuple[str, float, float]], *, title: str = "", ax=
         if len(ev) != 3 or not all(isinstance(x, (int, float)) for x in ev[1:]) or ev[2] < ev[1]:
             raise ValueError(f"each event must be (lane, start_s, end_s) with end >= start, got {ev!r}")
     lanes = list(dict.fromkeys(ev[0] for ev in events))
-    ax = _axes(ax, (8, 0.6 * len(lanes) + 1.2))
+    groups = list(dict.fromkeys(str(lane).split(" #")[0] for lane in lanes))
+    ax = _axes(ax, (8, min(0.6, 0.25 + 3.0 / len(lanes)) * len(lanes) + 1.2))
     palette = colors or ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860"]
     t0 = min(ev[1] for ev in events)
     for i, lane in enumerate(lanes):
         spans = [((s - t0) * 1e3, (e - s) * 1e3) for name, s, e in events if name == lane]
-        ax.broken_barh(spans, (i - 0.4, 0.8), color=palette[i % len(palette)])
+        ax.broken_barh(spans, (i - 0.4, 0.8), color=palette[groups.index(str(lane).split(" #")[0]) % len(palette)])
     ax.set_yticks(range(len(lanes)))
     ax.set_yticklabels(lanes)
     ax.set_xlabel("time (ms)")

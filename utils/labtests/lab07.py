@@ -1,116 +1,231 @@
 """Lab 07 (tf.data tuning): public tests.
 
-Every test builds a fresh simulated workload (sleep-based reads, decodes and
-training steps from gpucourse.pipeline), so timings are structural and the
-thresholds can be generous. Bounds are checked on fresh random numbers, cache
-placement on the workload's call counters and on the element order per epoch.
+Each item is split in three (see :mod:`gpucourse.grading.items`): ``cases``
+draws fresh inputs on the grader's side, ``observe`` runs the learner's code in
+the learner's kernel on simulated workloads from :mod:`gpucourse.simulate`
+(sleep-based reads, decodes and training steps) and returns plain numbers, and
+``judge`` computes every expected answer and bound here, from the case, with
+the private reference functions below (never with a course helper). Timings
+are structural (sleeps), so the thresholds can be generous.
 """
 
 from __future__ import annotations
 
 import math
-import random
 
-from gpucourse.grading.items import Fail, expect_raises, item
+from gpucourse.grading.items import Fail, expect_raised, item, outcome
 
 
-def _bound(n, produce_s, step_s, parallelism):
-    return produce_s + step_s + (n - 1) * max(produce_s / parallelism, step_s)
+def _bound(n, stages):
+    """Reference: fill + (n - 1) x the slowest stage, for ``(seconds, parallelism)`` stages."""
+    return sum(t for t, _ in stages) + (n - 1) * max(t / k for t, k in stages)
+
+
+def _pair_bound(n, produce_s, step_s, parallelism=1):
+    return _bound(n, [(produce_s, parallelism), (step_s, 1)])
+
+
+def _close(got, want) -> bool:
+    return isinstance(got, (int, float)) and not isinstance(got, bool) and math.isclose(got, want, rel_tol=1e-6)
+
+
+def _workload(case, decode_fn=True):
+    """The simulated workload of a case (built in the learner's kernel): read, decode, step."""
+    from gpucourse.simulate import Pipeline, Workload
+
+    a, b = case.get("a", 2), case.get("b", 1)
+    p = Pipeline(stages=(("decode", case["decode_s"]),), read_s=case.get("read_s", 0.0), step_s=case["step_s"],
+                 n=case["n"], shards=case.get("shards", 1), threads=None)
+    return Workload(p, {"decode": lambda v: a * v + b} if decode_fn else None)
+
+
+def _decoded(case) -> list[int]:
+    a, b = case.get("a", 2), case.get("b", 1)
+    return sorted(a * r + b for r in range(case["n"]))
+
+
+def _drain(ds, lanes, first_lane):
+    """Take every element as soon as it is ready (no step in between): delivery times, in seconds after the
+    first ``first_lane`` period started (``None`` if that stage never ran), and the flattened values."""
+    import time
+
+    lanes.reset()
+    got, values = [], []
+    for element in ds:
+        got.append(time.perf_counter())
+        values.extend(element.numpy().reshape(-1).tolist())
+    starts = [e.start_s for e in lanes.events() if e.lane.split(" #")[0] == first_lane]
+    if not starts:
+        return None, values
+    return [g - min(starts) for g in got], values
+
+
+def _device_end(got, step_s) -> float:
+    """When a simulated accelerator finishes, starting each step once its element is there and the last
+    step is done (virtual time: every step takes exactly ``step_s``, however loaded the machine is)."""
+    end = 0.0
+    for g in got:
+        end = max(g, end) + step_s
+    return end
+
+
+def _sample(values, k=6) -> str:
+    return str(values) if len(values) <= k else f"[{', '.join(map(str, values[:k]))}, ...] ({len(values)} values)"
+
+
+# --------------------------------------------------------------------------- q1
 
 
 @item("q1", points=2, title="pipeline_bound: fill plus the slowest stage")
-def q1(ns):
-    fn = ns.function("pipeline_bound")
-    rng = random.Random()
-    cases = [(1, 0.05, 0.02, 1), (10, 0.03, 0.01, 1), (10, 0.03, 0.01, 3), (10, 0.03, 0.01, 6), (7, 0.01, 0.04, 2)]
-    cases += [(rng.randint(2, 500), round(rng.uniform(0.001, 0.2), 4), round(rng.uniform(0.001, 0.1), 4),
-               rng.randint(1, 16)) for _ in range(12)]
-    for n, p, c, par in cases:
-        want = _bound(n, p, c, par)
-        got = fn(n, p, c, par)
-        if not isinstance(got, (int, float)) or isinstance(got, bool) or not math.isclose(got, want, rel_tol=1e-6):
-            raise Fail(f"pipeline_bound(n={n}, produce_s={p}, step_s={c}, parallelism={par}) should be "
-                       f"{want:.6f} s (produce + step + (n - 1) * max(produce / parallelism, step)), got {got!r}")
-    n, p, c = rng.randint(2, 50), 0.02, 0.01
-    if not math.isclose(fn(n, p, c), _bound(n, p, c, 1), rel_tol=1e-6):
-        raise Fail(f"pipeline_bound({n}, {p}, {c}) without parallelism should use parallelism=1 and give "
-                   f"{_bound(n, p, c, 1):.6f}, got {fn(n, p, c)!r}")
-    for args, what in [((0, 0.01, 0.01, 1), "n=0"), ((5, 0.01, 0.01, 0), "parallelism=0"),
-                       ((5, -0.01, 0.01, 1), "produce_s=-0.01"), ((5, 0.01, -0.02, 2), "step_s=-0.02")]:
-        expect_raises(lambda: fn(*args), f"pipeline_bound{args}", what)
+class q1:
+    def cases(rng):
+        fixed = [(1, 0.05, 0.02, 1), (10, 0.03, 0.01, 1), (10, 0.03, 0.01, 3), (10, 0.03, 0.01, 6), (7, 0.01, 0.04, 2)]
+        drawn = [(rng.randint(2, 500), round(rng.uniform(0.001, 0.2), 4), round(rng.uniform(0.001, 0.1), 4),
+                  rng.randint(2, 16)) for _ in range(12)]
+        out = [{"n": n, "p": p, "c": c, "k": k} for n, p, c, k in fixed + drawn]
+        out.append({"n": rng.randint(2, 50), "p": 0.02, "c": 0.01, "default": True})
+        out += [{"bad": args, "what": what} for args, what in [
+            ([0, 0.01, 0.01, 1], "n=0"), ([5, 0.01, 0.01, 0], "parallelism=0"),
+            ([5, -0.01, 0.01, 1], "produce_s=-0.01"), ([5, 0.01, -0.02, 2], "step_s=-0.02")]]
+        return out
+
+    def observe(ns, case):
+        fn = ns.function("pipeline_bound")
+        if "bad" in case:
+            return outcome(lambda: fn(*case["bad"]))
+        if case.get("default"):
+            return outcome(lambda: fn(case["n"], case["p"], case["c"]))
+        return outcome(lambda: fn(case["n"], case["p"], case["c"], case["k"]))
+
+    def judge(case, seen):
+        if "bad" in case:
+            return expect_raised(seen, f"pipeline_bound{tuple(case['bad'])}", case["what"])
+        n, p, c, k = case["n"], case["p"], case["c"], case.get("k", 1)
+        call = (f"pipeline_bound({n}, {p}, {c})" if case.get("default")
+                else f"pipeline_bound(n={n}, produce_s={p}, step_s={c}, parallelism={k})")
+        if "raised" in seen:
+            raise Fail(f"{call} raised {seen['raised']}: {seen['message']}, but these inputs are valid")
+        got, want = seen["value"], _pair_bound(n, p, c, k)
+        if _close(got, want):
+            return
+        hint = ""
+        if _close(got, n * max(p / k, c)):
+            hint = (" That is n elements at the pace of the slowest stage, without the fill: the first element "
+                    "must pass through both stages (produce_s + step_s) before the pipeline is full.")
+        elif _close(got, p + c + n * max(p / k, c)):
+            hint = " After the fill, only n - 1 elements remain."
+        elif k > 1 and _close(got, _pair_bound(n, p, c, 1)):
+            hint = f" With parallelism={k}, the producer delivers an element every produce_s / {k} seconds."
+        elif _close(got, n * (p + c)):
+            hint = " That is the time with nothing overlapping, not the bound."
+        elif case.get("default"):
+            hint = " Without a parallelism argument, use parallelism=1."
+        raise Fail(f"{call} should be {want:.6f} s (produce + step + (n - 1) * max(produce / parallelism, step)), "
+                   f"got {got!r}.{hint}")
+
+
+# --------------------------------------------------------------------------- q2
 
 
 @item("q2", points=2, title="naive_options: an honest baseline without injected prefetch")
-def q2(ns):
-    import tensorflow as tf
-    from gpucourse.pipeline import Costs, SimulatedWorkload
+class q2:
+    def cases(rng):
+        return [{"n": 8, "decode_s": round(rng.uniform(0.018, 0.024), 4), "step_s": round(rng.uniform(0.018, 0.024), 4),
+                 "a": rng.randint(2, 9), "b": rng.randint(-20, 20)}]
 
-    opts = ns.function("naive_options")()
-    if not isinstance(opts, tf.data.Options):
-        raise Fail(f"naive_options() should return a tf.data.Options, got a {type(opts).__name__}")
-    if opts.experimental_optimization.inject_prefetch is not False:
-        raise Fail("naive_options().experimental_optimization.inject_prefetch should be False, got "
-                   f"{opts.experimental_optimization.inject_prefetch!r}")
-    if opts.autotune.enabled is not False:
-        raise Fail(f"naive_options().autotune.enabled should be False, got {opts.autotune.enabled!r}")
-    w = SimulatedWorkload(Costs(read_s=0.0, decode_s=0.02, step_s=0.02, n=8, shards=1))
-    ds = w.source(read=False).map(w.decode).with_options(opts)
-    w.train(ds)
-    seconds = w.train(ds)
-    if sorted(w.delivered) != w.expected():
-        raise Fail(f"with your options the pipeline delivered {sorted(w.delivered)}, expected {w.expected()}")
-    if seconds < 0.85 * w.costs.serial_s:
-        raise Fail(f"8 elements of 20 ms decode + 20 ms step took {seconds * 1e3:.0f} ms with your options; "
-                   f"with nothing overlapping they take at least {w.costs.serial_s * 1e3:.0f} ms, so something "
-                   "still prefetches")
+    def observe(ns, case):
+        import tensorflow as tf
+
+        opts = ns.function("naive_options")()
+        seen = {"type": type(opts).__name__, "options": isinstance(opts, tf.data.Options)}
+        if not seen["options"]:
+            return seen
+        seen["inject_prefetch"] = opts.experimental_optimization.inject_prefetch
+        seen["autotune"] = opts.autotune.enabled
+        w = _workload(case)
+        ds = w.source(read=False).map(w.stage("decode")).with_options(opts)
+        w.train(ds)  # warm-up
+        seen["seconds"] = w.train(ds).seconds
+        seen["delivered"] = sorted(w.delivered)
+        return seen
+
+    def judge(case, seen):
+        if not seen["options"]:
+            raise Fail(f"naive_options() should return a tf.data.Options, got a {seen['type']}")
+        if seen["inject_prefetch"] is not False:
+            raise Fail("naive_options().experimental_optimization.inject_prefetch should be False, got "
+                       f"{seen['inject_prefetch']!r}: TensorFlow then appends a prefetch by itself")
+        if seen["autotune"] is not False:
+            raise Fail(f"naive_options().autotune.enabled should be False, got {seen['autotune']!r}")
+        if seen["delivered"] != _decoded(case):
+            raise Fail(f"with your options the pipeline delivered {_sample(seen['delivered'])}, expected "
+                       f"{_sample(_decoded(case))}")
+        serial = case["n"] * (case["decode_s"] + case["step_s"])
+        if seen["seconds"] < 0.85 * serial:
+            raise Fail(f"{case['n']} elements of {case['decode_s'] * 1e3:g} ms decode + {case['step_s'] * 1e3:g} ms "
+                       f"step took {seen['seconds'] * 1e3:.0f} ms with your options; with nothing overlapping they "
+                       f"take at least {serial * 1e3:.0f} ms, so something still prefetches")
 
 
-def _tuned_workload():
-    from gpucourse.pipeline import Costs, SimulatedWorkload
+# --------------------------------------------------------------------------- q3
 
-    return SimulatedWorkload(Costs(read_s=0.008, decode_s=0.048, step_s=0.032, n=16, shards=4))
+Q3_LIMIT = 1.3  # measured epoch / bound
 
 
 @item("q3", points=4, title="tuned_pipeline reaches 1.3x of the bound and keeps the elements")
-def q3(ns):
-    import tensorflow as tf
+class q3:
+    def cases(rng):
+        return [{"n": 16, "shards": 4, "read_s": 0.008, "decode_s": 0.048, "step_s": 0.032,
+                 "a": rng.randint(2, 9), "b": rng.randint(-50, 50)}]
 
-    fn = ns.function("tuned_pipeline")
-    w = _tuned_workload()
-    ds = fn(w.source(), w.decode)
-    if not isinstance(ds, tf.data.Dataset):
-        raise Fail(f"tuned_pipeline(source, decode) should return a tf.data.Dataset, got a {type(ds).__name__}")
-    options = tf.data.Options()
-    options.experimental_optimization.inject_prefetch = False  # every overlap must be the learner's own
-    # The simulated decode waits rather than computes, like I/O or a remote call: give it threads and
-    # tell autotune it may use them. Otherwise tf.data's pool has one thread per core and AUTOTUNE
-    # sizes itself by the CPU load it sees, and a correct pipeline fails on a busy 2-core machine.
-    options.threading.private_threadpool_size = 8
-    options.autotune.cpu_budget = 8
-    ds = ds.with_options(options)
-    n = w.costs.n
-    times = []
-    for epoch in range(3):  # epoch 0 is a warm-up: tracing and thread start-up are not what we grade
-        reads, decodes = w.counts.reads, w.counts.decodes
-        seconds = w.train(ds)
-        if sorted(w.delivered) != w.expected():
-            raise Fail(f"{'in a later epoch ' if epoch else ''}tuned_pipeline must deliver every decoded record "
-                       f"once: expected {w.expected()}, got {sorted(w.delivered)}")
-        reads, decodes = w.counts.reads - reads, w.counts.decodes - decodes
-        if reads != n or decodes != n:
-            raise Fail(f"in epoch {epoch + 1} of {n} records the source was read {reads} times and decode ran "
-                       f"{decodes} times; both should run {n} times per epoch. Build on `source` and `decode` "
-                       "(no cache here: this item is about overlapping the work, not skipping it)")
-        if epoch:
-            times.append(seconds)
-    bound = w.costs.best_bound_s
-    ratio = min(times) / bound
-    if ratio > 1.3:
-        c = w.costs
-        raise Fail(f"16 records (read {c.read_s * 1e3:g} ms, decode {c.decode_s * 1e3:g} ms, step "
-                   f"{c.step_s * 1e3:g} ms): your pipeline took {min(times) * 1e3:.0f} ms per epoch, "
-                   f"{ratio:.2f}x the bound of {bound * 1e3:.0f} ms; it should be within 1.3x. Is the decode "
-                   f"parallel, and does the pipeline end with a prefetch?")
+    def observe(ns, case):
+        import tensorflow as tf
+
+        w = _workload(case)
+        ds = ns.function("tuned_pipeline")(w.source(), w.stage("decode"))
+        if not isinstance(ds, tf.data.Dataset):
+            return {"type": type(ds).__name__}
+        options = tf.data.Options()
+        options.experimental_optimization.inject_prefetch = False  # every overlap must be the learner's own
+        # The simulated decode waits rather than computes, like I/O or a remote call: give it threads and
+        # tell autotune it may use them. Otherwise tf.data's pool has one thread per core and AUTOTUNE
+        # sizes itself by the CPU load it sees, and a correct pipeline fails on a busy 2-core machine.
+        options.threading.private_threadpool_size = 8
+        options.autotune.cpu_budget = 8
+        ds = ds.with_options(options)
+        epochs = []
+        for _ in range(3):  # epoch 1 is a warm-up: tracing and thread start-up are not what we grade
+            before = dict(w.counts)
+            got, values = _drain(ds, w.lanes, "read")
+            after = w.counts
+            epochs.append({"got": got, "delivered": sorted(values),
+                           "reads": after["read"] - before["read"], "decodes": after["decode"] - before["decode"]})
+        return {"type": "Dataset", "epochs": epochs}
+
+    def judge(case, seen):
+        if seen["type"] != "Dataset":
+            raise Fail(f"tuned_pipeline(source, decode) should return a tf.data.Dataset, got a {seen['type']}")
+        n, want = case["n"], _decoded(case)
+        for i, e in enumerate(seen["epochs"]):
+            if e["delivered"] != want:
+                raise Fail(f"{'in a later epoch ' if i else ''}tuned_pipeline must deliver every decoded record "
+                           f"once: expected {_sample(want)}, got {_sample(e['delivered'])}")
+            if e["reads"] != n or e["decodes"] != n:
+                raise Fail(f"in epoch {i + 1} of {n} records the source was read {e['reads']} times and decode ran "
+                           f"{e['decodes']} times; both should run {n} times per epoch. Build on `source` and "
+                           "`decode` (no cache here: this item is about overlapping the work, not skipping it)")
+        # `source` reads one record after another; decode may run on every record at once. The epoch runs from
+        # the first read to the end of the last step of a simulated accelerator fed with the measured deliveries.
+        bound = _bound(n, [(case["read_s"], 1), (case["decode_s"], n), (case["step_s"], 1)])
+        best = min(_device_end(e["got"], case["step_s"]) for e in seen["epochs"][1:])
+        if best / bound > Q3_LIMIT:
+            raise Fail(f"{n} records (read {case['read_s'] * 1e3:g} ms, decode {case['decode_s'] * 1e3:g} ms, step "
+                       f"{case['step_s'] * 1e3:g} ms): your pipeline took {best * 1e3:.0f} ms per epoch, "
+                       f"{best / bound:.2f}x the bound of {bound * 1e3:.0f} ms; it should be within {Q3_LIMIT}x. "
+                       "Is the decode parallel, and does the pipeline end with a prefetch?")
+
+
+# --------------------------------------------------------------------------- q4
 
 
 def _sizes(sizes):
@@ -123,49 +238,83 @@ def _sizes(sizes):
     return f"{k} x {head}" + (f", then {rest if len(rest) > 1 else rest[0]}" if rest else "")
 
 
-@item("q4", points=3, title="epoch_pipeline decodes once and reshuffles every epoch")
-def q4(ns):
-    import tensorflow as tf
-    from gpucourse.pipeline import Costs, SimulatedWorkload
+def _structure(ds) -> list:
+    """The dataset's chain from the output back to the source: [[class name, buffer size or None], ...]."""
+    out = []
+    while ds is not None:
+        size = getattr(ds, "_buffer_size", None)
+        try:
+            size = None if size is None else int(size)
+        except (TypeError, ValueError):
+            size = None
+        out.append([type(ds).__name__, size])
+        inputs = ds._inputs() if hasattr(ds, "_inputs") else []
+        ds = inputs[0] if inputs else None
+    return out
 
-    fn = ns.function("epoch_pipeline")
-    rng = random.Random()
-    n = 4 * rng.randint(30, 50)  # a multiple of the 4 shards
-    batch = rng.choice([b for b in range(5, 17) if n % b])  # so there is a last, smaller batch to keep
-    shards = 4
-    w = SimulatedWorkload(Costs(read_s=0.0, decode_s=0.0, step_s=0.0, n=n, shards=shards))
-    read_pos = {2 * r + 1: i for i, r in enumerate(r for s in range(shards) for r in range(s, n, shards))}
-    ds = fn(w.source(), w.decode, batch)
-    if not isinstance(ds, tf.data.Dataset):
-        raise Fail(f"epoch_pipeline(source, decode, {batch}) should return a tf.data.Dataset, "
-                   f"got a {type(ds).__name__}")
-    orders = []
-    for e in range(3):
-        sizes, order = [], []
-        for b in ds:
-            values = b.numpy().reshape(-1).tolist()
-            sizes.append(len(values))
-            order.extend(values)
+
+MIX = 0.9  # a full shuffle moves some record at least this share of the data ahead of where it was read
+
+
+@item("q4", points=3, title="epoch_pipeline decodes once, reshuffles every epoch and ends with a prefetch")
+class q4:
+    def cases(rng):
+        n = rng.randint(1200, 1400)  # records: a shuffle buffer of 1000 (< 0.9 n) mixes them too little
+        batch = rng.choice([b for b in range(5, 17) if n % b])  # so there is a last, smaller batch to keep
+        return [{"n": n, "batch": batch, "a": rng.randint(2, 9), "b": rng.randint(-50, 50)}]
+
+    def observe(ns, case):
+        import tensorflow as tf
+
+        from gpucourse import simulate
+
+        a, b = case["a"], case["b"]
+        decode = simulate.Stage(0.0, lambda v: a * v + b, "decode")  # costs nothing: only counts and orders matter
+        ds = ns.function("epoch_pipeline")(tf.data.Dataset.range(case["n"]), decode, case["batch"])
+        if not isinstance(ds, tf.data.Dataset):
+            return {"type": type(ds).__name__}
+        epochs = []
+        for _ in range(3):
+            sizes, order = [], []
+            for batch in ds:
+                values = batch.numpy().reshape(-1).tolist()
+                sizes.append(len(values))
+                order.extend(values)
+            epochs.append({"sizes": sizes, "order": order})
+        return {"type": "Dataset", "epochs": epochs, "decodes": decode.elements, "structure": _structure(ds)}
+
+    def judge(case, seen):
+        n, batch, a, b = case["n"], case["batch"], case["a"], case["b"]
+        if seen["type"] != "Dataset":
+            raise Fail(f"epoch_pipeline(source, decode, {batch}) should return a tf.data.Dataset, got a {seen['type']}")
+        want = _decoded(case)
         want_sizes = [batch] * (n // batch) + ([n % batch] if n % batch else [])
-        if sizes != want_sizes:
-            raise Fail(f"with {n} records and batch_size={batch}, epoch {e + 1} should have batch sizes "
-                       f"{_sizes(want_sizes)}, got {_sizes(sizes)}")
-        if sorted(order) != w.expected():
-            raise Fail(f"epoch {e + 1} should deliver each decoded record once ({w.expected()}), "
-                       f"got {sorted(order)}")
-        orders.append(order)
-    if w.counts.decodes != n:
-        raise Fail(f"over 3 epochs of {n} records decode ran {w.counts.decodes} times; with the cache in the "
-                   f"right place it runs {n} times (once per record)")
-    if w.counts.reads != n:
-        raise Fail(f"over 3 epochs of {n} records the source was read {w.counts.reads} times, expected {n}")
-    if orders[0] == orders[1] == orders[2]:
-        raise Fail(f"all 3 epochs came in the same order {orders[0][:8]}...: the order is frozen. Shuffle "
-                   "every epoch, after the cache (a cache placed after shuffle replays the first epoch's order)")
-    # A shuffle buffer of k can only move a record up to k - 1 places ahead of where it was read. A full
-    # shuffle of n records moves some record more than n / 2 places ahead (the chance it does not is < 1e-15).
-    ahead = max(read_pos[v] - i for order in orders for i, v in enumerate(order))
-    if ahead < n // 2:
-        raise Fail(f"over 3 epochs of {n} records no record came more than {ahead} places ahead of where it was "
-                   f"read: the shuffle buffer is too small to mix the data. Use a buffer of 10 000, bigger than "
-                   "the data")
+        for i, e in enumerate(seen["epochs"]):
+            if e["sizes"] != want_sizes:
+                raise Fail(f"with {n} records and batch_size={batch}, epoch {i + 1} should have batch sizes "
+                           f"{_sizes(want_sizes)}, got {_sizes(e['sizes'])}")
+            if sorted(e["order"]) != want:
+                raise Fail(f"epoch {i + 1} should deliver each decoded record once ({_sample(want)}), got "
+                           f"{_sample(sorted(e['order']))}")
+        if seen["decodes"] != n:
+            raise Fail(f"over 3 epochs of {n} records decode ran {seen['decodes']} times; with the cache in the "
+                       f"right place (after decode) it runs {n} times, once per record")
+        orders = [e["order"] for e in seen["epochs"]]
+        if orders[0] == orders[1] == orders[2]:
+            raise Fail(f"all 3 epochs came in the same order {orders[0][:8]}...: the order is frozen. Shuffle "
+                       "every epoch, after the cache (a cache placed after shuffle replays the first epoch's order)")
+        # A shuffle buffer of k can move a record at most k - 1 places ahead of where it was read. A full shuffle
+        # moves some record at least 0.9 n ahead in one of 3 epochs (it fails to with chance < exp(-0.015 n) < 1e-7).
+        ahead = max((v - b) // a - i for order in orders for i, v in enumerate(order))  # record r is read r-th
+        if ahead < MIX * n:
+            raise Fail(f"over 3 epochs of {n} records no record came more than {ahead} places ahead of where it "
+                       "was read: the shuffle buffer is too small to mix the data. Use a buffer of 10 000, bigger "
+                       "than the data")
+        chain = [(name, size) for name, size in seen["structure"] if "Options" not in name]
+        last_name, last_size = chain[0] if chain else ("nothing", None)
+        if "Prefetch" not in last_name:
+            raise Fail(f"the pipeline should end with a prefetch, so the next batch is prepared while the "
+                       f"accelerator trains; it ends with {last_name.strip('_').replace('Dataset', '') or last_name}. "
+                       "Add .prefetch(tf.data.AUTOTUNE) as the last step")
+        if last_size == 0:
+            raise Fail("the final prefetch has a buffer of 0, which prefetches nothing: use tf.data.AUTOTUNE")

@@ -1,0 +1,147 @@
+"""gpucourse.monitor: the live utilisation monitor (widget and text), its sources, and the utilisation explorer."""
+
+import sys
+import time
+import types
+
+import pytest
+
+from gpucourse import monitor, simulate
+
+
+def test_import_does_not_import_tensorflow(fresh_python):
+    out = fresh_python("import sys\nfrom gpucourse import monitor\nprint('tensorflow' in sys.modules)")
+    assert out.strip() == "False"
+
+
+def test_sparkline():
+    assert monitor.sparkline([0, 50, 100]) == "▁▅█"
+    assert monitor.sparkline([]) == ""
+    with pytest.raises(TypeError):
+        monitor.sparkline(["high"])
+    with pytest.raises(ValueError, match="top"):
+        monitor.sparkline([1], top=0)
+
+
+def test_monitor_text_mode_samples_in_background(capsys):
+    values = iter(range(0, 1000, 10))
+    mon = monitor.UtilisationMonitor({"fake": lambda: next(values), "broken": lambda: 1 / 0},
+                                     interval_s=0.02, use_widgets=False)
+    assert mon.widget is None
+    with mon:
+        assert mon.running
+        time.sleep(0.2)
+    assert not mon.running
+    out = capsys.readouterr().out
+    assert "text mode" in out and "fake: mean" in out and "broken: no samples (ZeroDivisionError" in out
+    summary = mon.summary()
+    assert summary["fake"]["samples"] >= 3 and "broken" not in summary
+
+
+def test_monitor_degrades_to_text_without_ipywidgets(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "ipywidgets", None)  # import ipywidgets now raises ImportError
+    mon = monitor.UtilisationMonitor({"fake": lambda: 50.0}, interval_s=0.05)
+    assert mon.widget is None
+    mon.start()
+    mon.stop()
+    assert "fake: mean 50%" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="ipywidgets is not installed"):
+        monitor.UtilisationMonitor({"fake": lambda: 1.0}, use_widgets=True)
+    assert monitor.utilisation_explorer() is None
+    assert "utilisation_view" in capsys.readouterr().out
+
+
+def test_monitor_widget_updates():
+    import ipywidgets
+
+    mon = monitor.UtilisationMonitor({"fake": lambda: 42.0}, interval_s=0.05, use_widgets=True)
+    assert isinstance(mon.widget, ipywidgets.VBox) and "gpucourse-monitor" in mon.widget._dom_classes
+    mon.start(show=False)
+    mon.stop()
+    assert mon._bars["fake"].value == 42.0 and mon._values["fake"].value == "42%"
+    assert mon._status.value.startswith("stopped")
+
+
+@pytest.mark.parametrize("kwargs, exc", [
+    ({"sources": {}}, ValueError), ({"sources": [float]}, TypeError), ({"sources": {"x": 3}}, TypeError),
+    ({"sources": {"x": float}, "interval_s": 0}, ValueError), ({"sources": {"x": float}, "interval_s": "1"}, TypeError),
+    ({"sources": {"x": float}, "use_widgets": "y"}, TypeError), ({"sources": {"x": float}, "history": 0}, ValueError),
+])
+def test_monitor_bad_input(kwargs, exc):
+    with pytest.raises(exc):
+        monitor.UtilisationMonitor(**kwargs)
+
+
+def test_default_sources_report_a_percentage():
+    sources = monitor.default_sources()
+    assert sources
+    for fn in sources.values():
+        assert 0 <= fn() <= 100
+
+
+def test_device_source_follows_the_simulated_device():
+    dev = simulate.Device(0.05)
+    source = monitor.device_source(dev, window_s=0.2)
+    assert source() == 0.0
+    for _ in range(4):
+        dev.run()
+    assert source() > 90  # the last 0.2 s were all steps
+    time.sleep(0.25)
+    assert source() < 10
+    with pytest.raises(TypeError, match="Device"):
+        monitor.device_source(lambda: 1)
+    with pytest.raises(ValueError, match="window_s"):
+        monitor.device_source(dev, window_s=0)
+
+
+def test_nvml_source_reopens_after_close(monkeypatch):
+    """A monitor's stop() closes NVML; sampling again (a restarted monitor) must reopen it, not fail."""
+    calls = {"init": 0, "shutdown": 0}
+    fake = types.ModuleType("pynvml")
+    fake.nvmlInit = lambda: calls.__setitem__("init", calls["init"] + 1)
+    fake.nvmlShutdown = lambda: calls.__setitem__("shutdown", calls["shutdown"] + 1)
+    fake.nvmlDeviceGetHandleByIndex = lambda i: ("handle", i)
+    fake.nvmlDeviceGetUtilizationRates = lambda h: types.SimpleNamespace(gpu=42)
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    gpu = monitor._NvmlGpu(0)
+    assert gpu() == 42.0
+    gpu.close()
+    gpu.close()  # idempotent: one shutdown per init
+    assert gpu() == 42.0
+    gpu.close()
+    assert calls == {"init": 2, "shutdown": 2}
+
+
+def _walk(widget):
+    yield widget
+    for child in getattr(widget, "children", ()):
+        yield from _walk(child)
+
+
+def test_utilisation_view_measures_and_draws():
+    from gpucourse.explore import View
+
+    view = monitor.utilisation_view(parallel_calls=4, steps=6, plot=True)
+    assert isinstance(view, View) and view.text.startswith("utilisation: ") and "4 parallel calls" in view.text
+    assert "best possible" in view.text and "x the bound" in view.text and view.figure is not None
+    with pytest.raises(ValueError, match="parallel_calls"):
+        monitor.utilisation_view(0)
+    with pytest.raises(TypeError, match="parallel_calls"):
+        monitor.utilisation_view(None)
+
+
+def test_explorer_widget_measures_on_click():
+    import ipywidgets
+
+    box = monitor.utilisation_explorer(steps=8)
+    assert "gpucourse-explorer" in box._dom_classes
+    parts = list(_walk(box))
+    slider = next(w for w in parts if isinstance(w, ipywidgets.IntSlider))
+    button = next(w for w in parts if isinstance(w, ipywidgets.Button))
+    result = [w for w in parts if isinstance(w, ipywidgets.HTML) and w.value.startswith("utilisation")][0]
+    assert slider.description == "parallel calls" and button.description == "Measure"
+    assert result.value == "utilisation: not measured yet"
+    slider.value = 4
+    button.click()
+    assert result.value.startswith("utilisation: ") and "% with 4 parallel calls" in result.value
+    assert not button.disabled

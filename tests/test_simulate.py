@@ -1,0 +1,207 @@
+"""gpucourse.simulate: the recorder, stages, the device, runs, the pipeline description and its bound.
+
+Timing assertions are made only on sleep-based work, where ratios are structural, and they are generous.
+"""
+
+import time
+
+import pytest
+
+from gpucourse import simulate
+from gpucourse.simulate import AUTOTUNE, Device, Lanes, Pipeline, Stage, TimelineEvent, Workload, _bound_s
+
+ZERO = Pipeline(stages=(("decode", 0.0),), step_s=0.0, n=12, shards=3, threads=None)
+
+
+def _formula(n, stages):  # an independent copy of the bound: fill + (n - 1) x the slowest stage
+    return sum(t for t, _ in stages) + (n - 1) * max(t / k for t, k in stages)
+
+
+# --------------------------------------------------------------------------- no TensorFlow
+
+
+def test_import_runs_no_tensorflow(fresh_python):
+    out = fresh_python("import sys\nfrom gpucourse import simulate\np = simulate.Pipeline(parallel=4)\n"
+                       "print(p.parallel_of('augment'), 'tensorflow' in sys.modules)")
+    assert out.split() == ["4", "False"]
+
+
+def test_lanes_give_concurrent_periods_their_own_slot():
+    lanes = Lanes(["read", "decode"])
+    with lanes.busy("decode"):
+        with lanes.busy("decode"):
+            time.sleep(0.001)
+        with lanes.busy("decode"):  # slot 2 is free again
+            pass
+    with lanes.busy("read"):
+        pass
+    lanes.record("waiting for input", 1.0, 2.0)
+    events = lanes.events()
+    assert all(isinstance(e, TimelineEvent) for e in events)
+    assert [e.lane for e in events] == ["read", "decode #1", "decode #2", "decode #2", "waiting for input"]
+    assert events[-1].seconds == 1.0 and events[0].end_s >= events[0].start_s
+    assert lanes.events(since=1e12) == [] and len(lanes.events(until=1.5)) == 1
+    lanes.reset()
+    assert lanes.events() == []
+
+
+def test_device_is_busy_one_step_at_a_time():
+    import threading
+
+    dev = Device(0.01)
+    threads = [threading.Thread(target=dev.run) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    spans = sorted(dev.spans)
+    assert dev.steps == 3 and all(b[0] >= a[1] for a, b in zip(spans, spans[1:]))  # never overlapping
+    assert [e.lane for e in dev.lanes.events()] == ["device"] * 3
+    dev.reset()
+    assert dev.steps == 0 and dev.busy_since is None
+
+
+def test_bound_matches_the_formula_for_every_structure():
+    p = Pipeline(stages=(("decode", 0.06),), read_s=0.02, step_s=0.02, n=8, shards=4)
+    assert _bound_s(p) == pytest.approx(8 * 0.1)  # nothing overlaps
+    assert _bound_s(p.replace(prefetch=True)) == pytest.approx(_formula(8, [(0.08, 1), (0.02, 1)]))
+    assert _bound_s(p.replace(tf_rewrites=True)) == _bound_s(p.replace(prefetch=True))  # the injected prefetch
+    assert _bound_s(p.replace(parallel=AUTOTUNE, prefetch=True)) == pytest.approx(
+        _formula(8, [(0.02, 1), (0.06, 8), (0.02, 1)]))
+    assert _bound_s(p.replace(parallel=2, interleave=8)) == pytest.approx(
+        _formula(8, [(0.02, 4), (0.06, 2), (0.02, 1)]))  # interleave beyond the 4 shards gains nothing
+    assert _bound_s(p.replace(cache=True, prefetch=True), warm=True) == pytest.approx(8 * 0.02)
+    c = Pipeline()  # the capstone: load 5 ms, augment 50 ms, step 20 ms, 24 steps
+    n, s, ld, au = c.n, c.step_s, 0.005, 0.05
+    assert _bound_s(c) == pytest.approx(n * (s + ld + au))
+    assert _bound_s(c.replace(prefetch=True)) == pytest.approx(_formula(n, [(ld + au, 1), (s, 1)]))
+    for k in (1, 2, 3, 6):
+        assert _bound_s(c.replace(parallel=k)) == pytest.approx(_formula(n, [(ld, k), (au, k), (s, 1)]))
+    # a sequential map after a parallel one runs in the training loop's thread, with the step
+    mixed = c.replace(parallel={"load": 4})
+    assert _bound_s(mixed) == pytest.approx(_formula(n, [(ld, 4), (au + s, 1)]))
+
+
+@pytest.mark.parametrize("kwargs, exc, match", [
+    ({"stages": "load"}, TypeError, "stages"),
+    ({"stages": [("load",)]}, TypeError, "pair"),
+    ({"stages": [("a", 0.1), ("a", 0.2)]}, ValueError, "unique"),
+    ({"stages": [("read", 0.1)]}, ValueError, "read"),
+    ({"stages": [("a", -1)]}, ValueError, "seconds of stage 'a'"),
+    ({"step_s": "fast"}, TypeError, "step_s"),
+    ({"n": 0}, ValueError, "n must be >= 1"),
+    ({"n": 10, "shards": 4}, ValueError, "evenly"),
+    ({"parallel": 0}, ValueError, "parallel"),
+    ({"parallel": 2.5}, TypeError, "parallel"),
+    ({"parallel": {"nope": 2}}, ValueError, "unknown stage"),
+    ({"prefetch": "yes"}, TypeError, "prefetch"),
+    ({"threads": 0}, ValueError, "threads"),
+    ({"interleave": True}, TypeError, "interleave"),
+])
+def test_pipeline_bad_input(kwargs, exc, match):
+    with pytest.raises(exc, match=match):
+        Pipeline(**kwargs)
+
+
+def test_bad_parts():
+    with pytest.raises(TypeError, match="fn"):
+        Stage(0.01, fn=3)
+    with pytest.raises(ValueError, match="seconds"):
+        Stage(-0.01)
+    with pytest.raises(TypeError, match="Lanes"):
+        Device(0.01, lanes="lanes")
+    with pytest.raises(TypeError, match="Pipeline"):
+        Workload({"n": 3})
+    with pytest.raises(ValueError, match="unknown stage"):
+        Workload(Pipeline(), {"decode": abs})
+    with pytest.raises(ValueError, match="no stage"):
+        Workload().stage("decode")
+    with pytest.raises(ValueError, match="unknown toggle"):
+        Workload().build(n=5)
+    with pytest.raises(ValueError, match="no elements"):
+        simulate.feed([], step_s=0.001)
+    with pytest.raises(TypeError, match="iterable"):
+        simulate.feed(42)
+    with pytest.raises(TypeError, match="Device"):
+        simulate.feed([1], device="gpu")
+    with pytest.raises(TypeError, match="tf.data.Dataset"):
+        Workload().train([1, 2])
+
+
+def test_feed_measures_a_plain_iterable():
+    """A list is instant: the device hardly waits. A slow generator: about half the time."""
+    run = simulate.feed([1, 2, 3, 4], step_s=0.01)
+    assert run.steps == 4 and run.values == [1, 2, 3, 4] and run.bound_s is None and run.ratio is None
+    assert run.utilisation > 0.8 and 0.039 <= run.busy_s < 0.2  # a sleep never ends early, but may overshoot
+    assert [e.lane for e in run.timeline].count("device") == 4 and "device busy" in str(run)
+    assert simulate.feed(range(10), step_s=0.001, steps=3).steps == 3
+
+    def slow():
+        for i in range(6):
+            time.sleep(0.01)
+            yield i
+
+    run = simulate.feed(slow(), step_s=0.01)
+    assert 0.3 < run.steady_utilisation < 0.6 and run.startup_s >= 0.009
+
+
+# --------------------------------------------------------------------------- with TensorFlow (sleeps are tiny)
+
+
+def test_stage_counts_elements_and_calls_from_parallel_threads():
+    stage = Stage(0.0, lambda v: v + 1, "plus", per_call_s=0.0)
+    ds = simulate.source(values=[5, 6, 7]).map(stage, num_parallel_calls=3)
+    assert sorted(int(v) for v in ds) == [6, 7, 8] and (stage.elements, stage.calls) == (3, 3)
+    stage.reset()
+    batched = simulate.source(values=[5, 6, 7, 8]).batch(2).map(stage)
+    assert [b.numpy().tolist() for b in batched] == [[6, 7], [8, 9]] and (stage.elements, stage.calls) == (4, 2)
+    with pytest.raises(ValueError, match="empty"):
+        simulate.source(values=[])
+    with pytest.raises(TypeError, match="values"):
+        simulate.source(values=3)
+    opts = simulate.source(3).options()
+    assert opts.experimental_optimization.inject_prefetch is False and opts.threading.private_threadpool_size == 16
+
+
+def test_workload_parts_count_and_record():
+    import tensorflow as tf
+
+    w = ZERO.workload()
+    for interleave in (None, 3):
+        w.reset()
+        ds = w.source(interleave=interleave).map(w.stage("decode"), num_parallel_calls=tf.data.AUTOTUNE)
+        run = w.train(ds)
+        assert sorted(w.delivered) == w.expected() == [2 * i + 1 for i in range(12)]
+        assert w.counts == {"read": 12, "decode": 12, "steps": 12} and run.steps == 12
+    lanes = {e.lane.split(" #")[0] for e in run.timeline}
+    assert lanes == {"read", "decode", "waiting for input", "device"}
+    v = ZERO.workload(fns={"decode": lambda r: 10 * r})
+    v.train(v.source(read=False).batch(4).map(v.stage("decode")))
+    assert v.counts == {"read": 0, "decode": 12, "steps": 3} and v.stage("decode").calls == 3
+    assert sorted(v.delivered) == v.expected() == [10 * i for i in range(12)]
+
+
+def test_run_builds_once_per_variant_and_attaches_its_bound():
+    w = ZERO.workload()
+    first = w.run(prefetch=True, cache=True)
+    second = w.run(prefetch=True, cache=True)  # the same dataset: the cache is warm now
+    assert w.counts["decode"] == 12 and w.counts["steps"] == 24
+    assert first.bound_s == _bound_s(ZERO.replace(prefetch=True, cache=True)) and second.bound_s == 0.0
+    assert w.run(parallel=AUTOTUNE, interleave=3).bound_s == 0.0 and w.counts["decode"] == 24
+    assert w.run(steps=2).bound_s is None  # a partial epoch has no epoch bound
+    opts = w.build(threads=8).options()
+    assert opts.threading.private_threadpool_size == 8 and opts.experimental_optimization.inject_prefetch is False
+    assert w.build(tf_rewrites=True).options().experimental_optimization.inject_prefetch is None
+
+
+def test_runs_meet_their_structural_bounds():
+    """Sleep-based: sequential at least its bound; parallel maps far faster (the bounds differ 2.8x)."""
+    p = Pipeline(n=8, step_s=0.01, stages=(("load", 0.002), ("augment", 0.025)))
+    slow = p.run()
+    fast = p.replace(parallel=4, prefetch=True).workload()
+    fast.run()  # warm-up
+    best = min((fast.run() for _ in range(2)), key=lambda r: r.seconds)
+    assert slow.values == best.values == [2 * (2 * i + 1) + 1 for i in range(8)]
+    assert slow.ratio > 0.95 and best.ratio < 2.5  # a sleep never ends early; a busy machine adds overhead
+    assert slow.utilisation < 0.4 < best.utilisation and slow.best_utilisation == pytest.approx(0.01 / 0.037)
+    assert slow.seconds / best.seconds > 1.6
