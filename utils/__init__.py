@@ -21,8 +21,10 @@ One module per topic, plus shared plumbing:
 ``xla``                06 XLA compilation and HLO inspection, the fusion explorer
 ``determinism``        06 reproducible training: fresh-process runs compared bit for bit
 ``latency``            06 inference latency p50/p99 against batch size
-``pipeline``           07 tf.data simulated workloads and timelines
-``profiling``          08 trace capture/reading and utilisation monitor
+``pipeline``           07 tf.data tuning: the notebook's workload and variants, options, epoch orders
+``simulate``           07/08 simulated accelerator: stages, device, lane recorder, runs vs their bound
+``profiling``          08 trace capture and reading, step breakdowns, capstone benchmark
+``monitor``            08 live utilisation monitor (NVML/CPU) and the utilisation explorer
 ``explore``            interactive explorers (widgets, with a static fallback)
 ``timing``             warm-up + repeats + medians, ratio tables
 ``logcapture``         capture C-level log output (TensorFlow's C++ logs)
@@ -56,6 +58,7 @@ _SUBMODULES = (
     "logcapture",
     "memory",
     "memory_explorer",
+    "monitor",
     "pipeline",
     "placement",
     "plots",
@@ -64,6 +67,7 @@ _SUBMODULES = (
     "precision_hardware",
     "precision_scaling",
     "profiling",
+    "simulate",
     "startup",
     "timing",
     "xla",

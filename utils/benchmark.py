@@ -25,6 +25,7 @@ __all__ = ["SOURCES", "REQUIRED_KEYS", "collect", "format_table", "main"]
 
 #: (module, what it measures), run in this order.
 SOURCES = (
+    ("gpucourse.startup", "01 thread pools: intra/inter-op settings vs one thread"),
     ("gpucourse.pipeline", "07 tf.data: pipelines vs max(producer, consumer)"),
     ("gpucourse.xla", "06 XLA: eager vs tf.function vs jit_compile"),
     ("gpucourse.profiling", "08 capstone: accelerator utilisation, slow vs tuned"),
