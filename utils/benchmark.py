@@ -1,4 +1,4 @@
-"""Benchmark script: the tf.data, XLA and capstone measurements in one process, as ratios to their bounds.
+"""Benchmark script: the thread-pool, tf.data, XLA and capstone measurements, as ratios to their bounds.
 
     python -m gpucourse.benchmark            # full run (about a minute on 2 CPU cores)
     python -m gpucourse.benchmark --quick    # shorter runs, noisier numbers
@@ -6,7 +6,8 @@
 
 Each topic module exposes ``benchmark(quick) -> list[dict]``. Its rows have the keys ``topic``, ``case``,
 ``median_s``, ``bound_s``, ``ratio_to_bound``, ``speedup`` and ``note``; the capstone rows also have
-``utilisation``. All measurements run in this one process, one after the other, so the ratios
+``utilisation``. All measurements run one after the other (in this process, except the thread-pool
+rows, which need fresh processes because thread pools are fixed when TensorFlow starts), so the ratios
 compare like with like. They are deliberately not part of the test suite: timings are for
 reading, not for asserting.
 """
