@@ -60,7 +60,7 @@ _CALLOUT = re.compile(r"^\*\*(?P<title>[^*]+?)\*\*(?P<rest>.*)$", re.S)
 def _admonition(title: str, body: str) -> str:
     title = title.strip().rstrip(".:").strip()
     kind = "warning" if title.lower().startswith(WARNING_TITLES) else "note"
-    body = body.strip("\n")
+    body = body.strip()
     return f":::{{admonition}} {title}\n:class: {kind}\n\n{body}\n:::"
 
 

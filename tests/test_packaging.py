@@ -5,16 +5,19 @@ the course the way the setup cell does, and, when run inside that environment
 (GPUCOURSE_COLAB_STACK=1, set by the Makefile), the installed versions are the pinned ones.
 """
 
+import importlib.util
 import os
 import re
-import shlex
 import tomllib
+from pathlib import Path
 from importlib import metadata
 
 import pytest
 import yaml
 
 from gpucourse import colab
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _norm(req: str) -> str:
@@ -97,24 +100,25 @@ def test_local_stack_is_the_newest_tested_version(root):
     assert f"tensorflow-cpu>={newest[0]}.{newest[1]}," in deps, f"pyproject's TensorFlow is not TESTED's newest {newest}"
 
 
-def _setup_cell_installs() -> list[list[str]]:
-    """The package lists of the setup cell's %pip lines, as [options and packages] per line."""
-    lines = [ln.split("#")[0].strip() for ln in colab.SETUP_CELL.splitlines() if ln.strip().startswith("%pip")]
-    return [[w for w in shlex.split(ln)[2:] if w != "-q"] for ln in lines]
+def _colab_setup():
+    spec = importlib.util.spec_from_file_location("colab_setup", ROOT / ".ci" / "colab_setup.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def test_colab_target_installs_the_course_as_the_setup_cell_does(root):
+def test_make_test_colab_runs_the_real_setup_cell_with_the_course_from_this_checkout(root):
+    emulator = _colab_setup()
+    assert emulator.setup_cell() == colab.SETUP_CELL
+    lines = [ln.strip()[len("%pip"):] for ln in colab.SETUP_CELL.splitlines() if ln.strip().startswith("%pip")]
+    assert lines, "the setup cell installs nothing on Colab?"
+    course = [emulator.local_pip_args(ln) for ln in lines if "gpucourse @ git+" in ln]
+    assert course, "the setup cell no longer installs gpucourse from GitHub: update .ci/colab_setup.py"
+    for args in map(emulator.local_pip_args, lines):
+        assert not any("github.com" in a for a in args), args
+    assert str(root) in course[0] and "--no-deps" in course[0], course[0]
     make = (root / "Makefile").read_text()
-    recipe = make[make.index("$(COLAB_STAMP):"):make.index("test-colab:")]
-    installs = [shlex.split(ln.split("pip install", 1)[1]) for ln in recipe.splitlines() if "pip install" in ln]
-    installs = [[w for w in words if w not in ("--quiet", "-q", "--upgrade")] for words in installs]
-    assert ["-r", ".ci/colab-stack.txt"] in installs, "Colab's pins must be installed first"
-    cell = _setup_cell_installs()
-    assert len(cell) == 2 and cell[0][0] == "--no-deps", f"unexpected setup cell installs: {cell}"
-    course, *extra = cell[0][1:]
-    assert course.startswith("gpucourse @ git+"), course
-    assert ["--no-deps", "-e", ".", *extra] in installs, f"make test-colab must install the course like {cell[0]}"
-    assert cell[1] in installs, f"make test-colab must also install {cell[1]} as the setup cell does"
+    assert "$(COLAB_PY) .ci/colab_setup.py" in make and "-r .ci/colab-stack.txt" in make
 
 
 @pytest.mark.skipif(os.environ.get("GPUCOURSE_COLAB_STACK") != "1", reason="only inside make test-colab")

@@ -154,6 +154,11 @@ def _parse(path: Path) -> _Page:
     return p
 
 
+def _pages(built: Path) -> list[Path]:
+    """The site's HTML pages (the theme also copies Jinja macro files ending in .html into _static/)."""
+    return sorted(p for p in built.rglob("*.html") if "_static" not in p.relative_to(built).parts)
+
+
 def _external(url: str) -> bool:
     return bool(re.match(r"^(https?:)?//", url.strip(), re.I))
 
@@ -182,7 +187,7 @@ def test_launch_buttons_open_the_notebook_in_colab_and_kaggle(built):
 
 
 def test_pages_load_nothing_from_another_site(built):
-    pages = sorted(built.rglob("*.html"))
+    pages = _pages(built)
     assert len(pages) >= len(TUTORIALS) + len(LABS) + 1
     for page in pages:
         remote = [u for u in _parse(page).loads if _external(u)]
@@ -198,7 +203,7 @@ def test_pages_load_nothing_from_another_site(built):
 
 
 def test_internal_links_and_anchors_resolve(built):
-    parsed = {p: _parse(p) for p in built.rglob("*.html")}
+    parsed = {p: _parse(p) for p in _pages(built)}
     broken = []
     for page, info in parsed.items():
         for href in info.links + info.loads:
@@ -215,13 +220,19 @@ def test_internal_links_and_anchors_resolve(built):
     assert not broken, "broken internal links:\n" + "\n".join(broken[:30])
 
 
+def _callouts(markdown: str) -> int:
+    """Blockquotes that open with a bold title."""
+    lines = [""] + markdown.split("\n")
+    return sum(1 for prev, line in zip(lines, lines[1:]) if line.startswith("> **") and not prev.startswith(">"))
+
+
 def test_plots_code_callouts_and_widgets_render(built):
     for nb in TUTORIALS:
         text = (built / "notebooks" / f"{nb.stem}.html").read_text(encoding="utf-8")
         stored = nbformat.read(nb, as_version=4)
         plots = sum("image/png" in o.get("data", {}) for c in stored.cells for o in c.get("outputs", []))
         widgets = sum(site.WIDGET_VIEW in o.get("data", {}) for c in stored.cells for o in c.get("outputs", []))
-        callouts = sum(len(re.findall(r"(?:^|\n)> \*\*", c.source)) for c in stored.cells if c.cell_type == "markdown")
+        callouts = sum(_callouts(c.source) for c in stored.cells if c.cell_type == "markdown")
         code = sum(1 for c in stored.cells if c.cell_type == "code")
         shown = len(re.findall(r'<img[^>]+src="\.\./_images/[0-9a-f]+\.png"', text))
         assert shown >= plots, f"{nb.name}: {plots} stored plots, {shown} on the page"
