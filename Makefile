@@ -89,9 +89,10 @@ $(COLAB_STAMP): .ci/colab-stack.txt
 	$(COLAB_PY) -m pip install --quiet -r .ci/colab-stack.txt
 	@touch $@
 
+# (PYDEVD_DISABLE_FILE_VALIDATION: Colab's ipykernel 6.17 warns about frozen modules in every kernel.)
 test-colab: colab-env
 	$(COLAB_PY) .ci/colab_setup.py
-	GPUCOURSE_COLAB_STACK=1 $(COLAB_PY) -m pytest -n $(JOBS) --dist loadfile -p no:cacheprovider $(COLAB_TESTS)
+	GPUCOURSE_COLAB_STACK=1 PYDEVD_DISABLE_FILE_VALIDATION=1 $(COLAB_PY) -m pytest -n $(JOBS) --dist loadfile -p no:cacheprovider $(COLAB_TESTS)
 
 labs: env
 	$(PY) -m gpucourse.labgen

@@ -184,6 +184,7 @@ class Seen:
 
     name: str
     status: str = "not started"                 # running / done / error / timeout
+    started: float = 0.0                        # when Run All was pressed, seconds after the server was up
     seconds: float = 0.0
     errors: list = field(default_factory=list)  # texts of outputs with a traceback
     widget_text: list = field(default_factory=list)  # widgets shown as text
@@ -247,6 +248,7 @@ IMAGES_JS = """() => [...document.querySelectorAll('.jp-OutputArea-output img')]
 
 
 def start_run_all(page) -> None:
+    page.wait_for_load_state("load", timeout=180_000)
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=180_000)
     page.wait_for_function("() => document.body.innerText.includes('| Idle')", timeout=180_000)  # kernel up
     page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
@@ -358,7 +360,7 @@ def tutorial_runs(tmp_path_factory):
                     for nb, page in opened:
                         start_run_all(page)
                         running[nb.stem] = (page, time.monotonic())
-                        seen[nb.stem].status = "running"
+                        seen[nb.stem].status, seen[nb.stem].started = "running", time.monotonic() - started
                     for name, (page, t0) in list(running.items()):
                         state = page.evaluate(PROGRESS_JS)
                         if state in ("done", "error") or time.monotonic() - t0 > RUN_ALL_TIMEOUT_S:
@@ -376,7 +378,8 @@ def tutorial_runs(tmp_path_factory):
         lab.close()
     print(f"\nbrowser: {len(TUTORIALS)} tutorials in {time.monotonic() - started:.0f} s, "
           f"{_cpu_seconds() - cpu_before:.0f} CPU s "
-          f"({', '.join(f'{s.name[:2]} {s.seconds:.0f}s' for s in seen.values())})")
+          f"(notebook: Run All pressed at, took: "
+          f"{', '.join(f'{s.name[:2]}: {s.started:.0f}s, {s.seconds:.0f}s' for s in seen.values())})")
     return seen
 
 
