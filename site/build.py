@@ -312,6 +312,9 @@ def build(out: Path = DEFAULT_OUT, quiet: bool = True) -> Path:
         code = build_main(args)
     if code:
         raise SystemExit(f"the site build failed (exit {code}); see the warnings above")
+    for folder in FOLDERS:  # the download button gives the notebook itself, not the staged copy
+        for nb in sorted((ROOT / folder).glob("[0-9][0-9]_*.ipynb")):
+            shutil.copy(nb, out / "_sources" / folder / nb.name)
     return out / "index.html"
 
 

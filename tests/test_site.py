@@ -186,6 +186,14 @@ def test_launch_buttons_open_the_notebook_in_colab_and_kaggle(built):
         assert "launch-buttons" in text, f"{rel}: no launch menu in the header"
 
 
+def test_download_button_gives_the_notebook_itself(built):
+    for nb in TUTORIALS + LABS:
+        rel = f"{nb.parent.name}/{nb.name}"
+        page = (built / nb.parent.name / f"{nb.stem}.html").read_text(encoding="utf-8")
+        assert f'href="../_sources/{rel}"' in page, f"{rel}: no download link"
+        assert (built / "_sources" / rel).read_bytes() == nb.read_bytes(), f"{rel}: the download is not the notebook"
+
+
 def test_pages_load_nothing_from_another_site(built):
     pages = _pages(built)
     assert len(pages) >= len(TUTORIALS) + len(LABS) + 1
