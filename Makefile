@@ -1,7 +1,8 @@
 # Two commands a learner or CI needs (see README):
 #   make lab    create the environment if needed, then open the course in JupyterLab
 #   make test   create the environment if needed, then run every test
-# Everything else here is plumbing for those two.
+# Everything else here is plumbing for those two, plus `make site` (the course website) and
+# `make test-colab` (the notebooks on Colab's older TensorFlow/Keras/ipywidgets), both run by CI.
 
 PYTHON   ?= python3
 VENV     ?= .venv
@@ -12,6 +13,16 @@ STAMP    := $(VENV)/.installed-$(TF)
 PORT     ?= 8888
 JOBS     ?= 2
 PYTEST_ARGS ?=
+SITE_OUT ?= _build/site
+
+# Colab's stack (.ci/colab-stack.txt) in an environment of its own.
+COLAB_VENV  ?= .venv-colab
+COLAB_PY    := $(COLAB_VENV)/bin/python
+COLAB_STAMP := $(COLAB_VENV)/.installed
+# What test-colab runs: the tutorials under nbval, every lab and solution through the grader, and
+# the check that this really is Colab's stack.
+COLAB_TESTS ?= notebooks tests/test_grade_solutions.py tests/test_grade_labs.py \
+               tests/test_packaging.py::test_this_is_colabs_stack
 
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 # oneDNN is on by default only on CPUs with AVX-512 (and newer); without it TensorFlow keeps no CPU
@@ -19,11 +30,13 @@ export TF_CPP_MIN_LOG_LEVEL ?= 2
 export TF_ENABLE_ONEDNN_OPTS ?= 1
 export PYTHONDONTWRITEBYTECODE = 1
 
-.PHONY: lab test env system-deps labs benchmark grade clean help
+.PHONY: lab test test-colab site env colab-env system-deps labs benchmark grade clean help
 
 help:
 	@echo "make lab        open the course in JupyterLab (creates .venv on first use)"
-	@echo "make test       run every test: helpers, notebooks, labs, solutions, grader, browser"
+	@echo "make test       run every test: helpers, notebooks, labs, solutions, grader, browser, website"
+	@echo "make test-colab the notebooks, labs and solutions on Colab's TensorFlow/Keras/ipywidgets (.venv-colab)"
+	@echo "make site       build the course website into $(SITE_OUT)/ from the stored outputs"
 	@echo "make labs       regenerate labs/ from solutions/"
 	@echo "make benchmark  print the tf.data / XLA / capstone ratio table"
 	@echo "make grade SUBMISSION=path.ipynb   grade one submission (or a folder of them)"
@@ -33,7 +46,7 @@ env: $(STAMP)
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[$(TF),dev]"
+	$(PY) -m pip install --quiet -e ".[$(TF),dev,site]"
 	@touch $@
 
 # Debian packages the browser test needs (Chromium; no browser is downloaded).
@@ -60,6 +73,27 @@ lab: env
 test: env system-deps
 	$(PY) -m pytest -n $(JOBS) --dist loadfile $(PYTEST_ARGS)
 
+# The website: stored outputs only, nothing is executed (site/build.py, site/conf.py).
+site: env
+	$(PY) site/build.py $(SITE_OUT)
+
+# Colab's runtime: its pinned TensorFlow, Keras, ipywidgets (.ci/colab-stack.txt) in .venv-colab. Then,
+# on every run, the notebooks' own setup cell is executed there as on Colab (.ci/colab_setup.py: it
+# installs the course from this checkout --no-deps, plus its extra packages, and checks that Colab's
+# pins survived and TensorFlow and the profiler still work), and the tests run in that environment.
+colab-env: $(COLAB_STAMP)
+
+$(COLAB_STAMP): .ci/colab-stack.txt
+	@test -x $(COLAB_PY) || $(PYTHON) -m venv $(COLAB_VENV)
+	$(COLAB_PY) -m pip install --quiet --upgrade pip
+	$(COLAB_PY) -m pip install --quiet -r .ci/colab-stack.txt
+	@touch $@
+
+# (PYDEVD_DISABLE_FILE_VALIDATION: Colab's ipykernel 6.17 warns about frozen modules in every kernel.)
+test-colab: colab-env
+	$(COLAB_PY) .ci/colab_setup.py
+	GPUCOURSE_COLAB_STACK=1 PYDEVD_DISABLE_FILE_VALIDATION=1 $(COLAB_PY) -m pytest -n $(JOBS) --dist loadfile -p no:cacheprovider $(COLAB_TESTS)
+
 labs: env
 	$(PY) -m gpucourse.labgen
 
@@ -70,4 +104,4 @@ grade: env
 	$(PY) -m gpucourse.grading.cli $(SUBMISSION)
 
 clean:
-	rm -rf $(VENV) .pytest_cache grading-output
+	rm -rf $(VENV) $(COLAB_VENV) .pytest_cache grading-output _build

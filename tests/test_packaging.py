@@ -1,9 +1,23 @@
-"""The set-up promised by the README: dependencies agree, the two commands exist, CI calls them."""
+"""The set-up promised by the README: dependencies agree, the two commands exist, CI calls them.
 
+Also Colab's stack (`make test-colab`): its pins agree with gpucourse.colab.TESTED, the target installs
+the course the way the setup cell does, and, when run inside that environment
+(GPUCOURSE_COLAB_STACK=1, set by the Makefile), the installed versions are the pinned ones.
+"""
+
+import importlib.util
+import os
 import re
 import tomllib
+from pathlib import Path
+from importlib import metadata
 
+import pytest
 import yaml
+
+from gpucourse import colab
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _norm(req: str) -> str:
@@ -12,7 +26,8 @@ def _norm(req: str) -> str:
 
 def test_environment_yml_matches_pyproject(root):
     project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
-    wanted = project["dependencies"] + project["optional-dependencies"]["cpu"] + project["optional-dependencies"]["dev"]
+    extras = project["optional-dependencies"]
+    wanted = project["dependencies"] + extras["cpu"] + extras["dev"] + extras["site"]
     env = yaml.safe_load((root / "environment.yml").read_text())
     pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict) and "pip" in d)
     listed = [p for p in pip if not p.startswith("-e")]
@@ -39,12 +54,78 @@ def test_package_imports_under_its_own_name():
 def test_readme_commands_exist_and_ci_uses_them(root):
     readme = (root / "README.md").read_text()
     make = (root / "Makefile").read_text()
-    assert "make lab" in readme and "make test" in readme
-    assert re.search(r"^lab:", make, re.M) and re.search(r"^test:", make, re.M)
-    ci = (root / ".ci" / "run").read_text()
-    assert "make test" in ci
+    assert "make lab" in readme and "make test" in readme and "make site" in readme
+    for target in ("lab", "test", "site", "test-colab"):
+        assert re.search(rf"^{target}:", make, re.M), f"the Makefile has no {target} target"
+    ci = [line.strip() for line in (root / ".ci" / "run").read_text().splitlines() if line.strip().startswith("make")]
+    assert ci[:2] == ["make test", "make test-colab"], f".ci/run must run make test, then make test-colab: {ci}"
     assert "-n $(JOBS) --dist loadfile" in make
     assert "--allow-root" in make, "make lab must work as root (containers) too"
     addopts = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["addopts"]
     for opt in ("--nbval-lax", "--nbval-current-env", "--nbval-sanitize-with", "tests.nbval_hooks"):
         assert opt in addopts
+
+
+# ------------------------------------------------------------------------------------ Colab's stack
+
+def _colab_pins(root) -> dict[str, str]:
+    pins = {}
+    for line in (root / ".ci" / "colab-stack.txt").read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if "==" in line:
+            name, version = line.split("==")
+            pins[name.strip().lower()] = version.strip()
+    return pins
+
+
+def _major_minor(version: str) -> tuple[int, int]:
+    major, minor = version.split(".")[:2]
+    return int(major), int(minor)
+
+
+def test_colab_pins_are_the_oldest_tested_versions(root):
+    pins = _colab_pins(root)
+    for package, pinned in (("tensorflow", pins.get("tensorflow-cpu")), ("keras", pins.get("keras")),
+                            ("ipywidgets", pins.get("ipywidgets"))):
+        assert pinned, f".ci/colab-stack.txt does not pin {package}"
+        oldest = colab.TESTED[package][0]
+        assert _major_minor(pinned) == oldest, \
+            f"{package}: make test-colab pins {pinned}, but gpucourse.colab.TESTED says the oldest tested is {oldest}"
+    assert _major_minor(pins["tensorboard"]) == _major_minor(pins["tensorflow-cpu"]), "TensorBoard must match TensorFlow"
+
+
+def test_local_stack_is_the_newest_tested_version(root):
+    deps = " ".join(tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"]["cpu"])
+    newest = colab.TESTED["tensorflow"][1]
+    assert f"tensorflow-cpu>={newest[0]}.{newest[1]}," in deps, f"pyproject's TensorFlow is not TESTED's newest {newest}"
+
+
+def _colab_setup():
+    spec = importlib.util.spec_from_file_location("colab_setup", ROOT / ".ci" / "colab_setup.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_make_test_colab_runs_the_real_setup_cell_with_the_course_from_this_checkout(root):
+    emulator = _colab_setup()
+    assert emulator.setup_cell() == colab.SETUP_CELL
+    lines = [ln.strip()[len("%pip"):] for ln in colab.SETUP_CELL.splitlines() if ln.strip().startswith("%pip")]
+    assert lines, "the setup cell installs nothing on Colab?"
+    course = [emulator.local_pip_args(ln) for ln in lines if "gpucourse @ git+" in ln]
+    assert course, "the setup cell no longer installs gpucourse from GitHub: update .ci/colab_setup.py"
+    for args in map(emulator.local_pip_args, lines):
+        assert not any("github.com" in a for a in args), args
+    assert str(root) in course[0] and "--no-deps" in course[0], course[0]
+    make = (root / "Makefile").read_text()
+    assert "$(COLAB_PY) .ci/colab_setup.py" in make and "-r .ci/colab-stack.txt" in make
+
+
+@pytest.mark.skipif(os.environ.get("GPUCOURSE_COLAB_STACK") != "1", reason="only inside make test-colab")
+def test_this_is_colabs_stack(root):
+    for name, pinned in _colab_pins(root).items():
+        assert metadata.version(name) == pinned, f"{name} {metadata.version(name)} installed, {pinned} pinned"
+    import tensorflow as tf
+
+    assert tf.__version__ == _colab_pins(root)["tensorflow-cpu"]
+    assert colab.version_problems() == [], colab.version_problems()
