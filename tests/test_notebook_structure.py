@@ -113,7 +113,8 @@ def test_setup_cell_installs_only_on_platforms_and_keeps_their_packages(monkeypa
         assert not any(w.startswith(("tensorflow", "keras", "ipywidgets")) for w in words), line
         assert "--upgrade" not in words and "-U" not in words, line
         if "--no-deps" not in words:
-            assert [w for w in words if not w.startswith("-") and w != "install"] == list(colab.COLAB_WITH_DEPS)
+            assert [w for w in words if not w.startswith("-") and w != "install"] == \
+                list(colab.COLAB_WITH_DEPS) + ['"protobuf=={_protobuf}"'], "protobuf must stay the platform's"
     out = capsys.readouterr().out
     assert f"gpucourse ready ({where};" in out and "tested with TensorFlow 2.19-2.21" in out
 

@@ -25,7 +25,9 @@ __all__ = ["REPO", "BRANCH", "SETUP_CELL", "TESTED", "badge", "colab_url", "kagg
            "in_colab", "in_kaggle", "platform", "setup", "version_problems"]
 
 #: Packages the setup cell installs *with* their dependencies: none of them may pull in TensorFlow,
-#: Keras or ipywidgets (tests/test_notebook_structure.py checks their metadata).
+#: Keras or ipywidgets (tests/test_notebook_structure.py checks their metadata). The same pip command
+#: pins protobuf to the version already installed: xprof (the profile plugin) would otherwise upgrade
+#: it to 7.x, which breaks TensorFlow 2.19 on Colab (`make test-colab` caught it).
 COLAB_WITH_DEPS = ("tensorboard-plugin-profile",)
 
 #: GitHub "owner/name" of this course (used by badges and the Colab/Kaggle install).
@@ -42,7 +44,8 @@ SETUP_CELL = f"""\
 import os, sys
 if "google.colab" in sys.modules or "KAGGLE_KERNEL_RUN_TYPE" in os.environ:
     %pip install -q --no-deps "gpucourse @ git+https://github.com/{REPO}@{BRANCH}" wurlitzer nvidia-ml-py
-    %pip install -q tensorboard-plugin-profile  # reads profiler traces (topic 08); needs no TensorFlow
+    from google.protobuf import __version__ as _protobuf  # the platform's TensorFlow needs this very version
+    %pip install -q tensorboard-plugin-profile "protobuf=={{_protobuf}}"  # reads profiler traces (topic 08)
 from gpucourse import colab
 colab.setup()"""
 

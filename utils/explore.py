@@ -187,15 +187,18 @@ class Explorer:
 
     # ------------------------------------------------------------------ showing
 
-    def show(self):
-        """Display the explorer (widgets, or the static fallback). Returns the widget or None."""
+    def show(self) -> None:
+        """Display the explorer (widgets, or the static fallback); the widget is kept in ``self.widget``.
+
+        Returns None, so that ``Explorer(...).show()`` as a cell's last line does not display it twice.
+        """
         w = _widgets()
         if w is None:
             self.show_static()
             return None
         self.widget = self._build(w)
         _display(self.widget)
-        return self.widget
+        return None
 
     def show_static(self) -> list[View]:
         """Print and draw ``update`` for the current values and every preset: the no-widget fallback."""
