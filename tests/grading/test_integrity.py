@@ -53,7 +53,7 @@ def test_scan_knows_the_lab_template_and_answer_helpers():
     assert "imports gpucourse.pipeline, which this lab's notebook does not use" in text
     assert "imports gpucourse.distribute.visible_gpu_ids, a course helper that answers an item" in text
     assert "calls gpucourse.distribute.visible_gpu_ids, a course helper" in text
-    assert "code cell 1" not in text  # the untouched setup cell is not scanned
+    assert "cell 1 " not in text and "cell 2 " in text  # the untouched setup cell is not scanned
 
 
 def test_answer_helpers_merge_the_test_files_list():

@@ -43,6 +43,7 @@ class Channel:
     problems: list[str] = field(default_factory=list)
     connected: bool = False
     ended: bool = False
+    closed_early: bool = False
 
     def __post_init__(self):
         self._dir = tempfile.mkdtemp(prefix="gpg-")
@@ -86,8 +87,7 @@ class Channel:
             except OSError:
                 break
             if not chunk:
-                if not self.ended:
-                    self.problems.append("the grader's channel was closed before the checks ended")
+                self.closed_early = not self.ended  # tampering only if the kernel was still alive (see runner)
                 break
             buf += chunk
             while b"\n" in buf and not self.ended:

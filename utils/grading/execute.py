@@ -83,11 +83,12 @@ def _kill(client) -> None:
 
 
 def run_cells(cells: list[Cell], timeout: float, kernel_name: str = "python3", env: dict | None = None,
-              before_cell=None) -> Execution:
+              before_cell=None, grace_s: float = 0.6) -> Execution:
     """Execute ``cells`` in order in one fresh kernel within ``timeout`` seconds in all.
 
     ``before_cell(index, cell)`` is called before each cell (the grader uses it to wait for the
-    guard's connection). Never raises for what the cells do.
+    guard's connection). When a cell times out or the kernel stops answering, the kernel lives
+    ``grace_s`` longer before it is killed. Never raises for what the cells do.
     """
     import nbformat
     from nbclient import NotebookClient
@@ -129,6 +130,11 @@ def run_cells(cells: list[Cell], timeout: float, kernel_name: str = "python3", e
                                                     "evalue": str(out.get("evalue"))[:300]})
                         else:
                             run.errors[cell.label] = text[:500]
+            except DeadKernelError:
+                raise
+            except BaseException:
+                time.sleep(grace_s)  # a hung or broken kernel: let the guard's watchdog report why
+                raise
             finally:
                 _kill(client)
     except CellTimeoutError:

@@ -144,11 +144,12 @@ def template_imports(sources: list[str]) -> set[str]:
 
 
 def scan_source(sources: list[str], lab: str | None = None, template: list[str] | None = None,
-                helpers=()) -> list[str]:
+                helpers=(), numbers: list[int] | None = None) -> list[str]:
     """Flags for a human: code that could patch, introspect or act late (a report, never a verdict).
 
     ``template`` is the lab's own notebook: cells left exactly as given are not scanned, and course
     modules it imports may be used. ``helpers`` are the lab's answer-bearing course helpers.
+    ``numbers`` are the cells' numbers in the notebook (default: 1, 2, ...), used in the flags.
     """
     from ..colab import SETUP_CELL
 
@@ -158,7 +159,7 @@ def scan_source(sources: list[str], lab: str | None = None, template: list[str] 
     helpers = set(helpers) or set(ANSWER_HELPERS.get(lab or "", ()))
     flags: list[str] = []
     parsed = []
-    for i, src in enumerate(sources, 1):
+    for i, src in zip(numbers or range(1, len(sources) + 1), sources):
         if src.strip() in unchanged:
             continue
         try:
@@ -176,7 +177,7 @@ def scan_source(sources: list[str], lab: str | None = None, template: list[str] 
                 imported |= {a.asname or a.name for a in node.names}
     for i, tree in parsed:
         def flag(text, i=i):
-            flags.append(f"code cell {i} {text}")
+            flags.append(f"cell {i} {text}")
 
         for node in ast.walk(tree):
             if isinstance(node, (ast.Import, ast.ImportFrom)):

@@ -24,7 +24,10 @@ linted and unit-tested (``tests/grading/test_kernel_guard.py``).
      replacing the code of a watched function or the class of a watched module or class;
    * on the observation driver's phase events, compares every watched name with the record and
      reports what was replaced; at the end, also the threads the submission left running and the
-     ``atexit`` hooks it registered.
+     ``atexit`` hooks it registered;
+
+5. starts a watchdog thread that looks at the standard library's functions every 0.25 s, so a
+   patch that breaks the kernel itself (``json``, ``builtins``) is reported before the run dies.
 
 Every report is one line ``<hmac> <repr((seq, kind, detail))>`` written with ``os.write`` to the
 socket. The hook and its helpers refer only to names captured when they were built (closure cells),
@@ -41,6 +44,9 @@ __all__ = ["GUARD_FILENAME", "PROTOCOL", "install"]
 
 #: First line of the channel: ``PROTOCOL <hex key>``.
 PROTOCOL = "gpucourse-channel-1"
+
+#: Seconds between two looks of the watchdog thread at the standard library.
+WATCH_INTERVAL_S = 0.25
 
 #: File name the guard's code is compiled under (so frames of the guard are recognised).
 GUARD_FILENAME = "<gpucourse-guard>"
@@ -132,7 +138,7 @@ def install(config: dict) -> dict:
     _bytes, _int, guard_file = bytes, int, GUARD_FILENAME
     _BaseException, _KeyError, _ValueError, _RuntimeError = BaseException, KeyError, ValueError, RuntimeError
     _is_not, _itemgetter = operator.is_not, operator.itemgetter
-    _write, _perf = os.write, time.perf_counter
+    _write, _perf, _sleep, interval = os.write, time.perf_counter, time.sleep, WATCH_INTERVAL_S
     _getframe, _current_frames, _get_ident = sys._getframe, sys._current_frames, _thread.get_ident
     _audit, _ncallbacks, _allocate_lock = sys.audit, atexit._ncallbacks, _thread.allocate_lock
     _join = "".join
@@ -324,20 +330,29 @@ def install(config: dict) -> dict:
     mod_snap = tuple((n, m, t, d, k, tuple(d[x] for x in k), operator.itemgetter(*k) if len(k) > 1 else None)
                      for n, m, t, d, k in mod_entries)
     watched_ids = frozenset(labels) | frozenset(id(v) for e in mod_snap for v in e[5])
+    # Scopes of a comparison: "core" (the watchdog: the standard library), "item" (before each item:
+    # also the course package), "full" (at the start and the end of the checks: everything).
+    core_snap = tuple(e for e in mod_snap if e[0].partition(".")[0] in stdlib)
+    scopes = {"core": (core_snap, ()),
+              "item": (core_snap + tuple(e for e in mod_snap if e[0].partition(".")[0] == "gpucourse"),
+                       tuple(e for e in class_snap if e[0].startswith("gpucourse."))),
+              "full": (mod_snap, class_snap)}
     meta_before = tuple(meta_path)
     counts = {"start": _ncallbacks(), "library": 0, "learner": 0}
     reported = set()
+    compare_lock = _allocate_lock()
 
     # ---------------------------------------------------------------- comparing with the record
-    def compare():
-        """What was replaced or added since the record, each (what, name) reported once."""
+    def compare(scope="full"):
+        """What was replaced or added since the record (in ``scope``), each (what, name) reported once."""
+        modules, classes = scopes[scope]
         found = []
         if _sys_get("modules") is not sys_modules:
             found.append(("replaced", "sys.modules"))
         if _sys_get("meta_path") is not meta_path or _len(meta_path) != _len(meta_before) or _any(
                 _map(_is_not, meta_path, meta_before)):
             found.append(("import-system", "sys.meta_path was changed"))
-        for name, mod, mtype, d, keys, values, getter in mod_snap:
+        for name, mod, mtype, d, keys, values, getter in modules:
             if _modules_get(name) is not mod:
                 found.append(("replaced", "sys.modules[" + _repr(name) + "]"))
             if _type(mod) is not mtype:
@@ -352,7 +367,7 @@ def install(config: dict) -> dict:
                 for k, v in _zip(keys, values):
                     if d.get(k, found) is not v:
                         found.append(("replaced", name + "." + k))
-        for qual, cls, ctype, proxy, keys, values, getter, n, known in class_snap:
+        for qual, cls, ctype, proxy, keys, values, getter, n, known in classes:
             if _type(cls) is not ctype:
                 found.append(("replaced", "the metaclass of " + qual))
             if keys:
@@ -371,11 +386,24 @@ def install(config: dict) -> dict:
                         if _callable(v) or _type(v) in _descriptor_types:
                             found.append(("added", qual + "." + k))
         out = []
-        for item in found:
-            if item not in reported:
-                reported.add(item)
-                out.append(item)
+        with compare_lock:
+            for item in found:
+                if item not in reported:
+                    reported.add(item)
+                    out.append(item)
         return _tuple(out)
+
+    def watchdog():
+        """Every 0.25 s, a quick look at the standard library: a patch that breaks the kernel itself
+        (json, builtins...) is reported even if the checks never get to run."""
+        while state["phase"] != "end":
+            _sleep(interval)
+            try:
+                changes = compare("core")
+                if changes and state["phase"] != "end":
+                    emit("changed", (state["phase"], changes))
+            except _BaseException:  # noqa: S112 (a torn-down interpreter at exit)
+                return
 
     def threads_left():
         """Where the submission's code is still running in other threads: ('function:line', ...)."""
@@ -408,7 +436,7 @@ def install(config: dict) -> dict:
     def on_phase(args):
         what = plain(args[0]) if _len(args) > 0 else "?"
         item = plain(args[1]) if _len(args) > 1 else ""
-        changes = compare()
+        changes = compare("item" if what == "item" else "full")
         if changes:
             emit("changed", (state["phase"], changes))
         if what != "end":
@@ -514,6 +542,8 @@ def install(config: dict) -> dict:
                "helpers": list(helpers), "seconds": round(time.perf_counter() - t0, 3)}
     emit("ready", (summary["modules"], summary["classes"], summary["names"]))
     sys.addaudithook(hook)
+    if config.get("watchdog", True):
+        _thread.start_new_thread(watchdog, ())
     if memory is not None:
         summary.update(records=memory, hook=hook, compare=compare)
     return summary

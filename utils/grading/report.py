@@ -59,13 +59,13 @@ class GradeReport:
         return bool(self.flags or self.tampering)
 
     def integrity(self) -> str:
-        """One line for gradebooks: 'ok', 'flagged: ...' or 'withheld: ...'."""
+        """One line for gradebooks: 'ok', 'flagged: ...', or 'withheld: ...' (then what was flagged)."""
         if self.tampering:
-            return "withheld: " + "; ".join(self.tampering)
+            flagged = "; ".join(self.flags)
+            return "withheld: " + "; ".join(self.tampering) + (f" | flagged: {flagged}" if flagged else "")
         held = [f"{r['key']}: {r['message']}" for r in self.items if r.get("status") == "withheld"]
-        if held or self.flags:
-            return "flagged: " + "; ".join(held + self.flags)
-        return "ok"
+        flagged = "; ".join(held + self.flags)
+        return f"flagged: {flagged}" if flagged else "ok"
 
     def table(self) -> str:
         """Human-readable report: items, total, and anything the instructor should look at."""

@@ -148,7 +148,7 @@ def grade_notebook(path: str | Path, lab: str | None = None, extra_tests=(), tim
             return report
         modules = [m for _, _, m in loaded]
         helpers = answer_helpers(lab, modules)
-        report.flags = scan_source([s for _, s in code], lab, find_template(lab), helpers)
+        report.flags = scan_source([s for _, s in code], lab, find_template(lab), helpers, [i for i, _ in code])
         judging.warm_up([t for _, _, t in tests])
         _run(report, code, tests, plan, helpers, timeout, kernel_name)
     finally:
@@ -186,12 +186,19 @@ def _run(report: GradeReport, code, tests, plan, helpers, timeout, kernel_name) 
     report.timings = dict(run.timings)
     t_judge = time.monotonic()
     kernel_plan = [e for e in plan if not e.error]
-    found = assess(channel.records, channel.problems if channel.connected else [], [e.name for e in kernel_plan])
+    problems = list(channel.problems)
+    if channel.closed_early and run.status == "ok":  # the kernel lived on, but its channel was closed
+        problems.append("the grader's channel was closed before the checks ended")
+    found = assess(channel.records, problems if channel.connected else [], [e.name for e in kernel_plan])
     report.flags = list(dict.fromkeys(report.flags + found.flags))
     report.tampering = found.tampering
     if run.status != "ok":
-        report.status, report.reason = run.status, run.reason
-        report.items = _placeholder(plan, f"not graded: {run.status}")
+        report.items = _placeholder(plan, f"not graded: the run ended early ({run.status})")
+        if report.tampering:  # e.g. a patched json or builtins broke the kernel itself
+            report.status = "tampered"
+            report.reason = f"the submission changed what the grader relies on; all marks withheld ({run.reason})"
+        else:
+            report.status, report.reason = run.status, run.reason
         return
     if "grader setup" in run.errors or not channel.connected:
         why = run.errors.get("grader setup", "it never connected")
