@@ -105,3 +105,6 @@ def test_assess_withholds_for_replacements_forgeries_and_disorder():
         assert fragment in text
     disorder = assess([_rec("phase", ("item", "public:q1")), _rec("phase", ("begin", "")), _rec("end", (1,))], [], plan)
     assert any("did not run in the grader's order" in t for t in disorder.tampering)
+    other = assess([_rec("phase", ("begin", "abc")), _rec("phase", ("item", "public:q1")),
+                    _rec("observed", ("public:q1", "{}")), _rec("end", (1,))], [], plan, config_digest="def")
+    assert other.tampering == ["the kernel received other tests or cases than the grader sent"]

@@ -1,5 +1,6 @@
 """The kernel-side observation driver, run in this process with a recording ``audit``."""
 
+import hashlib
 import json
 import sys
 
@@ -38,8 +39,8 @@ def q2(ns):
 
 
 def _config(tests, plan):
-    return {"items_src": open(items_mod.__file__).read(), "items_path": items_mod.__file__, "tests": tests,
-            "plan": plan, "timeout_s": 10}
+    return json.dumps({"items_src": open(items_mod.__file__).read(), "items_path": items_mod.__file__,
+                       "tests": tests, "plan": plan, "timeout_s": 10})
 
 
 def test_driver_sends_plain_observations_and_inline_verdicts_in_order():
@@ -55,6 +56,8 @@ def test_driver_sends_plain_observations_and_inline_verdicts_in_order():
     sent = kernel_observe.run(_config([["public", "/tests/lab99.py", TESTS]], plan), user_ns,
                               audit=lambda *a: events.append(a))
     assert sys.modules.get("gpucourse.grading.items") is before  # restored after loading the tests
+    config = _config([["public", "/tests/lab99.py", TESTS]], plan)
+    assert events[0] == ("gpucourse.phase", "begin", hashlib.sha256(config.encode()).hexdigest())
     assert [e[:2] for e in events] == [
         ("gpucourse.phase", "begin"), ("gpucourse.phase", "item"), ("gpucourse.observed", "public:q1"),
         ("gpucourse.phase", "item"), ("gpucourse.observed", "public:q2"), ("gpucourse.phase", "item"),

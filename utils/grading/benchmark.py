@@ -46,7 +46,9 @@ def measure(lab: str = "01", copies: int = 3, jobs: int = 2, root: Path | None =
     for r in rows:
         for k, v in (r.get("timings") or {}).items():
             stages.setdefault(k, []).append(v)
-    verdicts = sorted({(r["learner"].rstrip("0123456789"), r["status"], r["score"], r["max_score"]) for r in rows})
+    verdicts = sorted({(r["learner"].rstrip("0123456789"), r["status"], r["score"], r["max_score"],
+                        "; ".join(r["tampering"] + r["flags"] + ([r["reason"]] if r["reason"] else [])))
+                       for r in rows})
     return {"lab": lab, "submissions": len(rows), "jobs": jobs, "wall_s": round(wall, 1),
             "per_submission_s": round(wall / len(rows), 2),
             "stage_median_s": {k: round(statistics.median(v), 2) for k, v in stages.items()},
@@ -66,7 +68,7 @@ def main(argv=None) -> int:
     for k, v in res["stage_median_s"].items():
         print(f"  {k:<14} {v:>6.2f} s (median per submission)")
     for v in res["verdicts"]:
-        print(f"  {v[0]:<10} {v[1]:<9} {v[2]}/{v[3]}")
+        print(f"  {v[0]:<10} {v[1]:<9} {v[2]}/{v[3]}  {v[4]}")
     return 0
 
 

@@ -269,7 +269,7 @@ def _where(text: str) -> str:
     return f"in `{name}`, line {line}" if name and line.isdigit() else ""
 
 
-def assess(records, problems: list[str], plan_names: list[str]) -> Assessment:
+def assess(records, problems: list[str], plan_names: list[str], config_digest: str | None = None) -> Assessment:
     """Verdicts from the guard's records (see :mod:`gpucourse.grading.kernel_guard` for their kinds)."""
     a = Assessment(tampering=[f"{p}" for p in problems])
     phases = []
@@ -319,9 +319,12 @@ def assess(records, problems: list[str], plan_names: list[str]) -> Assessment:
             a.observed.setdefault(detail[0], []).append(detail[1])
         elif kind == "end":
             a.complete = True
-    want = [("begin", "")] + [("item", n) for n in plan_names]
-    if a.complete and phases != want:
+    begins = [p for p in phases if p[0] == "begin"]
+    if (len(begins) > 1 or (phases and phases[0][0] != "begin")
+            or (a.complete and phases[1:] != [("item", n) for n in plan_names])):
         a.tampering.append("the grader's checks did not run in the grader's order (forged phase messages)")
+    if config_digest is not None and begins and begins[0][1] != config_digest:
+        a.tampering.append("the kernel received other tests or cases than the grader sent")
     for name, texts in a.observed.items():
         if len(texts) != 1 or name not in plan_names:
             a.tampering.append(f"the grader received {len(texts)} observations for {name} (forged messages)")

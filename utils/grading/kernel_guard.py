@@ -104,7 +104,7 @@ def _preload(extra=(), defaults: bool = True) -> None:
             continue
 
 
-def install(config: dict) -> dict:
+def install(config: dict, user_ns: dict | None = None) -> dict:
     """Record, connect, install the hook. Returns a summary (sizes, seconds) for the grader's log.
 
     ``config`` keys: ``address`` (the grader's Unix socket; ``None`` keeps the records in memory,
@@ -114,6 +114,7 @@ def install(config: dict) -> dict:
     name: only code compiled under it may send phase and observation events), ``driver_sha256``
     (digests of the driver's source: compiling exactly that is not reported), ``preload`` (extra
     modules to import and watch) and ``preload_defaults`` (False: import only ``preload``; for tests).
+    ``user_ns`` is the notebook's namespace: its ``__builtins__`` must stay the real builtins.
     """
     import _thread
     import atexit
@@ -341,6 +342,8 @@ def install(config: dict) -> dict:
     counts = {"start": _ncallbacks(), "library": 0, "learner": 0}
     reported = set()
     compare_lock = _allocate_lock()
+    user_get = user_ns.get if isinstance(user_ns, dict) else None
+    user_builtins = user_ns.get("__builtins__") if user_get is not None else None
 
     # ---------------------------------------------------------------- comparing with the record
     def compare(scope="full"):
@@ -349,6 +352,8 @@ def install(config: dict) -> dict:
         found = []
         if _sys_get("modules") is not sys_modules:
             found.append(("replaced", "sys.modules"))
+        if user_get is not None and user_get("__builtins__", user_builtins) is not user_builtins:
+            found.append(("replaced", "the notebook's __builtins__"))
         if _sys_get("meta_path") is not meta_path or _len(meta_path) != _len(meta_before) or _any(
                 _map(_is_not, meta_path, meta_before)):
             found.append(("import-system", "sys.meta_path was changed"))
@@ -440,7 +445,7 @@ def install(config: dict) -> dict:
         if changes:
             emit("changed", (state["phase"], changes))
         if what != "end":
-            state["phase"] = what + (":" + item if item else "")
+            state["phase"] = what + (":" + item if item and what != "begin" else "")
             emit("phase", (what, item))
             return
         threads = threads_left()
@@ -506,6 +511,8 @@ def install(config: dict) -> dict:
             source = args[0].encode() if _type(args[0]) is _str else args[0] if _type(args[0]) is _bytes else b""
             if _sha256_hex(source) in driver_digests:
                 return None  # the grader's observation cell loading the driver
+            report("forged", "compiled other code under the name of the grader's driver", caller() or _getframe(2))
+            return None
         if event == "exec" and _len(args) >= 1 and _type(args[0]) is _CodeType and args[0].co_filename in driver_files:
             return None  # running the driver compiled just above (any other code under its name was reported)
         if event == "sys.addaudithook":

@@ -43,21 +43,24 @@ def _fresh_module(name: str, path: str, source: str):
     return module
 
 
-def run(config: dict, user_ns: dict, audit=None) -> dict:
-    """Observe every item of ``config["plan"]`` on the learner's variables in ``user_ns``.
+def run(config_text: str, user_ns: dict, audit=None) -> dict:
+    """Observe every item of the JSON ``config_text`` on the learner's variables in ``user_ns``.
 
-    ``config``: ``items_src``/``items_path`` (text and path of ``items.py``), ``tests`` (a list of
-    ``[source, path, text]``), ``plan`` (a list of ``{"source", "key", "split", "cases"}`` in
-    grading order), ``timeout_s`` (per item). ``audit`` defaults to ``sys.audit`` (tests pass a
-    recorder). Returns what was sent, for tests.
+    The config holds ``items_src``/``items_path`` (text and path of ``items.py``), ``tests`` (a list
+    of ``[source, path, text]``), ``plan`` (a list of ``{"source", "key", "split", "cases"}`` in
+    grading order) and ``timeout_s`` (per item). The first message carries the SHA-256 of
+    ``config_text``, so the grader knows the kernel got its tests and cases unaltered. ``audit``
+    defaults to ``sys.audit`` (tests pass a recorder). Returns what was sent, for tests.
     """
+    import hashlib
     import json
     import sys
     import uuid
 
     audit = audit or sys.audit
     sent = {}
-    audit("gpucourse.phase", "begin", "")
+    audit("gpucourse.phase", "begin", hashlib.sha256(config_text.encode()).hexdigest())
+    config = json.loads(config_text)
     items = _fresh_module(f"_gpucourse_items_{uuid.uuid4().hex[:8]}", config["items_path"], config["items_src"])
     public = {k: v for k, v in user_ns.items() if not k.startswith("_") and k not in HIDDEN_NAMES}
     ns = items.Namespace(public)

@@ -41,23 +41,22 @@ __all__ = ["DEFAULT_TIMEOUT_S", "GradeReport", "find_template", "grade_notebook"
 HERE = Path(__file__).resolve().parent
 ITEMS_PY, GUARD_PY, OBSERVE_PY = HERE / "items.py", HERE / "kernel_guard.py", HERE / "kernel_observe.py"
 DEFAULT_TIMEOUT_S = 300
-GUARD_CONNECT_S = 30
+GUARD_CONNECT_S = 5
 
 _GUARD_CELL = """\
 def _gpucourse_guard(src, config):
     g = {{"__name__": "gpucourse_guard"}}
     exec(compile(src, {filename!r}, "exec"), g)
-    g["install"](config)
+    g["install"](config, globals())
 _gpucourse_guard({src!r}, {config!r})
 del _gpucourse_guard
 """
 
 _OBSERVE_CELL = """\
 def _gpucourse_observe(src, config):
-    import json
     g = {{"__name__": "gpucourse_observe"}}
     exec(compile(src, {filename!r}, "exec"), g)
-    g["run"](json.loads(config), globals())
+    g["run"](config, globals())
 _gpucourse_observe({src!r}, {config!r})
 del _gpucourse_observe
 """
@@ -164,15 +163,16 @@ def _cells(code, tests, plan, helpers, address) -> list[Cell]:
                "plan": [e.to_kernel() for e in plan if not e.error], "timeout_s": ITEM_TIMEOUT_S}
     cells = [Cell("grader setup", _GUARD_CELL.format(filename="<gpucourse-guard>", src=guard_src, config=config))]
     cells += [Cell(f"cell {i}", src, submission=True) for i, src in code]
+    config_text = json.dumps(observe, allow_nan=True)
     cells.append(Cell("grader checks", _OBSERVE_CELL.format(filename=DRIVER_FILENAME, src=driver_src,
-                                                            config=json.dumps(observe, allow_nan=True))))
-    return cells
+                                                            config=config_text)))
+    return cells, hashlib.sha256(config_text.encode()).hexdigest()
 
 
 def _run(report: GradeReport, code, tests, plan, helpers, timeout, kernel_name) -> None:
     channel = Channel().start()
     try:
-        cells = _cells(code, tests, plan, helpers, channel.address)
+        cells, config_digest = _cells(code, tests, plan, helpers, channel.address)
 
         def before(index, cell):
             if index == 1 and not channel.wait_connected(GUARD_CONNECT_S):
@@ -187,9 +187,11 @@ def _run(report: GradeReport, code, tests, plan, helpers, timeout, kernel_name) 
     t_judge = time.monotonic()
     kernel_plan = [e for e in plan if not e.error]
     problems = list(channel.problems)
-    if channel.closed_early and run.status == "ok":  # the kernel lived on, but its channel was closed
+    if channel.closed_early and run.status == "ok" and "grader checks" not in run.errors:
+        # the kernel lived on and the checks ran to their end, but the channel was closed under them
         problems.append("the grader's channel was closed before the checks ended")
-    found = assess(channel.records, problems if channel.connected else [], [e.name for e in kernel_plan])
+    found = assess(channel.records, problems if channel.connected else [], [e.name for e in kernel_plan],
+                   config_digest)
     report.flags = list(dict.fromkeys(report.flags + found.flags))
     report.tampering = found.tampering
     if run.status != "ok":
@@ -223,6 +225,8 @@ def _run(report: GradeReport, code, tests, plan, helpers, timeout, kernel_name) 
     if report.tampering:
         report.status = "tampered"
         report.reason = "the submission changed what the grader relies on; all marks withheld"
+        if not found.complete and run.errors.get("grader checks"):
+            report.reason += f" (the checks stopped: {run.errors['grader checks']})"[:300]
         for r in report.items:
             if r["status"] == "pass":
                 r.update(status="withheld", message="Marks withheld: the submission changed what the grader "
