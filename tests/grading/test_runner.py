@@ -53,8 +53,8 @@ def test_crash_hang_malformed_empty(tmp_path):
     assert "cell" in rep.reason
 
     hang = _lab01_with(tmp_path, {"def pick_device": "import time\nwhile True:\n    time.sleep(1)"}, "hang.ipynb")
-    rep = grade_notebook(hang, timeout=20)
-    assert rep.status == "timeout" and "20 s time limit" in rep.reason and rep.score == 0
+    rep = grade_notebook(hang, timeout=12)
+    assert rep.status == "timeout" and "12 s time limit" in rep.reason and rep.score == 0
 
     bad = tmp_path / "01_bad.ipynb"
     bad.write_text("{ this is not json")

@@ -2,8 +2,9 @@
 
 Grades ``--copies`` copies of a lab's solution and as many of its unsolved notebook as one batch
 with ``--jobs`` workers (what ``gpucourse-grade <folder> --jobs N`` does) and prints the wall time
-per submission, plus the median seconds of each stage (kernel start, the guard's set-up, the
-submission's cells, the checks, judging). The first submission of each worker also pays for
+per submission and the CPU seconds per submission (kernels included: on a machine other jobs
+share, wall time says little, CPU time much more), plus the median seconds of each stage (kernel
+start, the guard's set-up, the submission's cells, the checks, judging). The first submission of each worker also pays for
 importing the tests and for judges' one-time probes; more copies spread that cost.
 Timings depend on the machine's load: run it on a quiet machine, more than once.
 """
@@ -37,9 +38,9 @@ def measure(lab: str = "01", copies: int = 3, jobs: int = 2, root: Path | None =
         for i in range(copies):
             shutil.copy(sol[0], subs / f"solution{i:02d}.ipynb")
             shutil.copy(unsolved[0], subs / f"unsolved{i:02d}.ipynb")
-        t0 = time.monotonic()
+        t0, cpu0 = time.monotonic(), _children_cpu()
         rows = grade_batch(subs, work / "out", lab, jobs=jobs, echo=lambda *_: None)
-        wall = time.monotonic() - t0
+        wall, cpu = time.monotonic() - t0, _children_cpu() - cpu0
     finally:
         shutil.rmtree(work, ignore_errors=True)
     stages: dict[str, list[float]] = {}
@@ -50,9 +51,17 @@ def measure(lab: str = "01", copies: int = 3, jobs: int = 2, root: Path | None =
                         "; ".join(r["tampering"] + r["flags"] + ([r["reason"]] if r["reason"] else [])))
                        for r in rows})
     return {"lab": lab, "submissions": len(rows), "jobs": jobs, "wall_s": round(wall, 1),
-            "per_submission_s": round(wall / len(rows), 2),
+            "per_submission_s": round(wall / len(rows), 2), "cpu_per_submission_s": round(cpu / len(rows), 2),
             "stage_median_s": {k: round(statistics.median(v), 2) for k, v in stages.items()},
             "verdicts": verdicts}
+
+
+def _children_cpu() -> float:
+    """CPU seconds (user + system) of every finished process this one started, kernels included."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def main(argv=None) -> int:
@@ -64,7 +73,8 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     res = measure(a.lab.zfill(2), a.copies, a.jobs)
     print(f"lab {res['lab']}: {res['submissions']} submissions, --jobs {res['jobs']}: {res['wall_s']} s in all, "
-          f"{res['per_submission_s']} s per submission")
+          f"{res['per_submission_s']} s per submission; {res['cpu_per_submission_s']} CPU-seconds per submission "
+          f"(on {res['jobs']} idle cores: about {res['cpu_per_submission_s'] / res['jobs']:.1f} s per submission)")
     for k, v in res["stage_median_s"].items():
         print(f"  {k:<14} {v:>6.2f} s (median per submission)")
     for v in res["verdicts"]:

@@ -179,7 +179,7 @@ def _run(report: GradeReport, code, tests, plan, helpers, timeout, kernel_name) 
                 raise RuntimeError("the grader's guard did not connect")
 
         run = run_cells(cells, timeout, kernel_name, before_cell=before)
-        channel.wait_end(10)
+        channel.wait_end(60)  # the kernel is dead: this only waits for the reader to reach its end
     finally:
         channel.close()
     report.cell_errors = run.cell_errors
