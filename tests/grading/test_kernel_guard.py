@@ -63,6 +63,11 @@ try:
     1 / 0
 except ZeroDivisionError as exc:
     exc.__traceback__.tb_frame
+import io, traceback
+try:
+    1 / 0
+except ZeroDivisionError:
+    traceback.print_exc(file=io.StringIO())              # printing a traceback is not introspection
 gc.get_referrers(peek)
 distribute.visible_gpu_ids("0,1", 4)
 import atexit
@@ -108,7 +113,7 @@ def test_guard_reports_each_attack_through_an_authenticated_channel(tmp_path):
     text = "\n".join(map(str, events))
     assert "'introspection', 'sys._getframe', 'peek:" in text           # through getattr
     assert text.count("'introspection', 'sys._getframe'") == 2          # and through importlib + inspect
-    assert "reads .tb_frame" in text and "gc.get_referrers" in text
+    assert text.count("reads .tb_frame") == 1 and "gc.get_referrers" in text
     assert "'helper', 'gpucourse.distribute.visible_gpu_ids'" in text
     assert "'atexit', 'atexit.register'" in text
     assert "sys.addaudithook (refused)" in text

@@ -227,12 +227,12 @@ def install(config: dict, user_ns: dict | None = None) -> dict:
             return _join((s,))[:limit]
         return "?"
 
-    def caller(depth=3):
+    def caller(depth=3, mediated=True):
         """The frame of the submission's code behind the current event, or None when a library raised it.
 
         Depth 3 from here: 0 this function, 1 ``handle``, 2 the hook, 3 the code that raised the event.
-        Frames of ``inspect``, ``traceback``, ``logging`` and the guard's own wrappers are skipped, so
-        ``inspect.stack()`` counts as the caller's.
+        With ``mediated``, frames of ``inspect``, ``traceback``, ``logging`` and the guard's own wrappers
+        are skipped, so ``inspect.stack()`` counts as the caller's.
         """
         try:
             f = _getframe(depth)
@@ -242,7 +242,7 @@ def install(config: dict, user_ns: dict | None = None) -> dict:
             name = f.f_code.co_filename
             if _type(name) is not _str:
                 return f
-            if name in mediators:
+            if name in mediators and (mediated or name == guard_file):
                 f = f.f_back
                 continue
             if name in grader_files or name.startswith(library_roots):
@@ -485,7 +485,7 @@ def install(config: dict, user_ns: dict | None = None) -> dict:
     def handle(event, args):
         if event == "object.__getattr__":
             if _len(args) >= 2 and _type(args[1]) is _str and args[1] in frame_attrs:
-                f = caller()
+                f = caller(3, False)  # traceback.print_exc() reading tb_frame is not the learner's doing
                 if f is not None:
                     report("introspection", "reads ." + args[1], f)
             return None
