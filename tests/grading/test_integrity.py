@@ -4,7 +4,7 @@ import pytest
 
 from gpucourse.colab import SETUP_CELL
 from gpucourse.grading.channel import Record
-from gpucourse.grading.integrity import ANSWER_HELPERS, answer_helpers, assess, scan_source
+from gpucourse.grading.integrity import ANSWER_HELPERS, answer_helpers, assess, helper_items, scan_source
 
 
 def _flags(*cells, **kw):
@@ -56,13 +56,17 @@ def test_scan_knows_the_lab_template_and_answer_helpers():
     assert "cell 1 " not in text and "cell 2 " in text  # the untouched setup cell is not scanned
 
 
-def test_answer_helpers_merge_the_test_files_list():
+def test_answer_helpers_map_to_items_and_merge_the_test_files_lists():
     class Module:
         ANSWER_HELPERS = {"q9": ["gpucourse.xla.parse_hlo", "os.system"]}
 
-    got = answer_helpers("06", [Module])
-    assert got[: len(ANSWER_HELPERS["06"])] == ANSWER_HELPERS["06"] and "os.system" not in got
-    assert answer_helpers(None, [Module]) == ("gpucourse.xla.parse_hlo",)
+    class Listed:
+        ANSWER_HELPERS = ["gpucourse.xla.variants"]
+
+    got = helper_items("06", [Module, Listed])
+    assert got["gpucourse.xla.parse_hlo"] == ["q1", "q2", "q9"] and got["gpucourse.xla.pad_to_bucket"] == ["q4"]
+    assert got["gpucourse.xla.variants"] == [] and "os.system" not in got
+    assert set(answer_helpers("07")) == {n for names in ANSWER_HELPERS["07"].values() for n in names}
 
 
 def _rec(kind, detail, seq=[0]):
@@ -85,6 +89,9 @@ def test_assess_sorts_records_into_tampering_withheld_and_flags():
     a = assess(records, [], plan)
     assert a.complete and a.tampering == []
     assert "public:q2" in a.withheld and "pad_to_bucket" in a.withheld["public:q2"]
+    early = assess([_rec("event", ("submission", "helper", "gpucourse.xla.pad_to_bucket", "cell:4"))], [], plan,
+                   helpers={"gpucourse.xla.pad_to_bucket": ["q4"]})
+    assert list(early.withheld) == ["public:q4"] and early.flags == ["called gpucourse.xla.pad_to_bucket (in `cell`, line 4)"]
     assert "inspected the running program" in a.inline_withheld
     text = "\n".join(a.flags)
     assert "ran dynamically built code: exec in `cell`, line 3" in text

@@ -20,20 +20,23 @@ from dataclasses import dataclass, field
 
 __all__ = ["ANSWER_HELPERS", "Assessment", "assess", "guard_config", "scan_source"]
 
-#: Course helpers that compute an item's answer, per lab. Calling one from the learner's code while
-#: that item is graded withholds the item's marks; importing one is flagged.
+#: Course helpers that compute an item's answer, per lab and item. Calling one from the learner's
+#: code withholds that item's marks (or the marks of the item being graded at that moment); importing
+#: one is flagged. A test file may extend this with ``ANSWER_HELPERS = {"q1": ["gpucourse.x.f"]}``.
 ANSWER_HELPERS = {
-    "01": ("gpucourse.distribute.visible_gpu_ids",),
-    "02": ("gpucourse.placement.short_device", "gpucourse.memory.normalize_device"),
-    "03": ("gpucourse.memory.largest_fitting", "gpucourse.memory.slots_per_param"),
-    "04": ("gpucourse.distribute.global_batch_size", "gpucourse.distribute.per_replica_batch_size",
-           "gpucourse.distribute.tf_config"),
-    "05": ("gpucourse.precision.simulate_loss_scale", "gpucourse.precision.loss_scale_trace"),
-    "06": ("gpucourse.xla.pad_to_bucket", "gpucourse.xla.bucket_length", "gpucourse.xla.parse_hlo"),
-    "07": ("gpucourse.pipeline.pipeline_bound", "gpucourse.pipeline.naive_options",
-           "gpucourse.pipeline.build_pipelines"),
-    "08": ("gpucourse.profiling.predicted_utilisation", "gpucourse.profiling.busy_time",
-           "gpucourse.profiling.step_breakdown"),
+    "01": {"q4": ("gpucourse.distribute.visible_gpu_ids",)},
+    "02": {"q1": ("gpucourse.placement.short_device", "gpucourse.memory.normalize_device")},
+    "03": {"q1": ("gpucourse.memory.slots_per_param",), "q2": ("gpucourse.memory.largest_fitting",),
+           "q3": ("gpucourse.memory.accumulation_plan",)},
+    "04": {"q1": ("gpucourse.distribute.global_batch_size", "gpucourse.distribute.per_replica_batch_size"),
+           "q4": ("gpucourse.distribute.tf_config",)},
+    "05": {"q2": ("gpucourse.precision.simulate_loss_scale", "gpucourse.precision.loss_scale_trace")},
+    "06": {"q1": ("gpucourse.xla.parse_hlo",), "q2": ("gpucourse.xla.parse_hlo",),
+           "q4": ("gpucourse.xla.pad_to_bucket", "gpucourse.xla.bucket_length")},
+    "07": {"q1": ("gpucourse.pipeline.pipeline_bound",), "q2": ("gpucourse.pipeline.naive_options",),
+           "q3": ("gpucourse.pipeline.build_pipelines",)},
+    "08": {"q1": ("gpucourse.profiling.step_breakdown",), "q2": ("gpucourse.profiling.busy_time",),
+           "q3": ("gpucourse.profiling.predicted_utilisation",)},
 }
 
 #: Modules of the grader itself: a submission has no business importing them.
@@ -43,15 +46,31 @@ GRADER_MODULES = ("gpucourse.grading.items", "gpucourse.grading.runner", "gpucou
                   "gpucourse.grading.gradebook", "gpucourse.labtests")
 
 
-def answer_helpers(lab: str | None, modules=()) -> tuple[str, ...]:
-    """The lab's answer-bearing helpers: the defaults plus every test module's ``ANSWER_HELPERS``."""
-    names = list(ANSWER_HELPERS.get(lab or "", ()))
+def helper_items(lab: str | None, modules=()) -> dict[str, list[str]]:
+    """Dotted helper name -> the public item keys it answers: the defaults plus each test file's list.
+
+    A test file's ``ANSWER_HELPERS`` is a dict ``{item key: [dotted names]}`` or a plain list (then
+    the helpers answer no particular item: their use is withheld only while an item is graded).
+    """
+    out: dict[str, list[str]] = {}
+    for key, names in ANSWER_HELPERS.get(lab or "", {}).items():
+        for name in names:
+            out.setdefault(name, []).append(key)
     for module in modules:
-        extra = getattr(module, "ANSWER_HELPERS", ())
-        if isinstance(extra, dict):
-            extra = [n for v in extra.values() for n in v]
-        names += [n for n in extra if isinstance(n, str) and n.startswith("gpucourse.")]
-    return tuple(dict.fromkeys(names))
+        extra = getattr(module, "ANSWER_HELPERS", None)
+        pairs = extra.items() if isinstance(extra, dict) else [(None, extra or ())]
+        for key, names in pairs:
+            for name in names if isinstance(names, (list, tuple)) else ():
+                if isinstance(name, str) and name.startswith("gpucourse."):
+                    keys = out.setdefault(name, [])
+                    if isinstance(key, str) and key not in keys:
+                        keys.append(key)
+    return out
+
+
+def answer_helpers(lab: str | None, modules=()) -> tuple[str, ...]:
+    """The lab's answer-bearing helpers (dotted names)."""
+    return tuple(helper_items(lab, modules))
 
 
 def guard_config(address: str | None, helpers, grader_files, driver_files, driver_sha256) -> dict:
@@ -156,7 +175,7 @@ def scan_source(sources: list[str], lab: str | None = None, template: list[str] 
     template = template or []
     unchanged = {s.strip() for s in template} | {SETUP_CELL.strip()}
     allowed = template_imports(template) if template else None
-    helpers = set(helpers) or set(ANSWER_HELPERS.get(lab or "", ()))
+    helpers = set(helpers) or set(answer_helpers(lab))
     flags: list[str] = []
     parsed = []
     for i, src in zip(numbers or range(1, len(sources) + 1), sources):
@@ -269,8 +288,12 @@ def _where(text: str) -> str:
     return f"in `{name}`, line {line}" if name and line.isdigit() else ""
 
 
-def assess(records, problems: list[str], plan_names: list[str], config_digest: str | None = None) -> Assessment:
-    """Verdicts from the guard's records (see :mod:`gpucourse.grading.kernel_guard` for their kinds)."""
+def assess(records, problems: list[str], plan_names: list[str], config_digest: str | None = None,
+           helpers: dict[str, list[str]] | None = None) -> Assessment:
+    """Verdicts from the guard's records (see :mod:`gpucourse.grading.kernel_guard` for their kinds).
+
+    ``helpers`` maps an answer-bearing helper to the public items it answers (:func:`helper_items`).
+    """
     a = Assessment(tampering=[f"{p}" for p in problems])
     phases = []
     for rec in records:
@@ -297,13 +320,12 @@ def assess(records, problems: list[str], plan_names: list[str], config_digest: s
                     f"Marks withheld: your code inspected the running program ({label}), which can read a "
                     "check's expected answers. Solve the item without sys._getframe, inspect, gc or tracing.")
             elif category == "helper":
-                if item:
-                    a.withheld.setdefault(item, (
-                        f"Marks withheld: while this item was graded your code called {what} ({at}), a course "
-                        "helper that computes the answer. Write the function yourself."))
-                    a.flags.append(f"called {what} while {item} was graded ({at})")
-                else:
-                    a.flags.append(f"called {what} ({at})")
+                targets = [item] if item else [f"public:{k}" for k in (helpers or {}).get(what, [])]
+                for target in targets:
+                    a.withheld.setdefault(target, (
+                        f"Marks withheld: your code called {what} ({at}), a course helper that computes "
+                        "this item's answer. Write the function yourself."))
+                a.flags.append(f"called {what} while {item} was graded ({at})" if item else f"called {what} ({at})")
             else:
                 a.flags.append(f"{FLAG.get(category, category)}: {label}")
         elif kind == "threads":

@@ -31,7 +31,7 @@ from pathlib import Path
 from . import judge as judging
 from .channel import Channel
 from .execute import Cell, run_cells
-from .integrity import answer_helpers, assess, guard_config, scan_source
+from .integrity import assess, guard_config, helper_items, scan_source
 from .items import ITEM_TIMEOUT_S, ItemResult, lab_test_path
 from .kernel_observe import DRIVER_FILENAME
 from .report import GradeReport
@@ -145,8 +145,7 @@ def grade_notebook(path: str | Path, lab: str | None = None, extra_tests=(), tim
         if not code:
             report.status, report.reason = "empty", "the notebook has no code to run"
             return report
-        modules = [m for _, _, m in loaded]
-        helpers = answer_helpers(lab, modules)
+        helpers = helper_items(lab, [m for _, _, m in loaded])
         report.flags = scan_source([s for _, s in code], lab, find_template(lab), helpers, [i for i, _ in code])
         judging.warm_up([t for _, _, t in tests])
         _run(report, code, tests, plan, helpers, timeout, kernel_name)
@@ -191,7 +190,7 @@ def _run(report: GradeReport, code, tests, plan, helpers, timeout, kernel_name) 
         # the kernel lived on and the checks ran to their end, but the channel was closed under them
         problems.append("the grader's channel was closed before the checks ended")
     found = assess(channel.records, problems if channel.connected else [], [e.name for e in kernel_plan],
-                   config_digest)
+                   config_digest, helpers)
     report.flags = list(dict.fromkeys(report.flags + found.flags))
     report.tampering = found.tampering
     if run.status != "ok":
