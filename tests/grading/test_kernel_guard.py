@@ -154,6 +154,7 @@ def test_channel_rejects_forged_and_missing_records():
     finally:
         channel.close()
     assert [r.kind for r in channel.records] == ["ready", "phase", "end"]  # nothing after end
+    assert channel.tampered.is_set()
     assert any("did not write" in p for p in channel.problems)
     assert any("never arrived" in p for p in channel.problems)
 
@@ -174,3 +175,18 @@ def test_guard_refuses_nothing_before_install_and_its_source_is_stdlib_only():
     imports = {line.split()[1].split(".")[0] for line in tree_src.splitlines()
                if line.strip().startswith(("import ", "from ")) and not line.strip().startswith("from __future__")}
     assert imports <= set(sys.stdlib_module_names), imports - set(sys.stdlib_module_names)
+
+
+def test_channel_raises_the_alarm_on_tampering_records_only():
+    for detail, kind, alarm in [((("replaced", "json.dumps"),), "changed", True),
+                                ((("import-system", "sys.meta_path was changed"),), "changed", False)]:
+        channel = Channel().start()
+        try:
+            _fake_guard(channel.address, [(1, "ready", (1, 1, 1), True), (2, kind, ("submission", detail), True),
+                                          (3, "event", ("item:public:q1", "ctypes" if alarm else "process", "x", "f:1"),
+                                           True), (4, "end", (0.1,), True)])
+            assert channel.wait_end(5)
+        finally:
+            channel.close()
+        assert channel.tampered.is_set() is alarm and channel.problems == []
+        assert channel.records[1].detail == ("submission", detail)

@@ -15,6 +15,7 @@ import os
 import shutil
 import signal
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +37,7 @@ class Execution:
     last_cell: str = ""  # label of the cell that was running when the run stopped
     cell_errors: list[dict] = field(default_factory=list)
     errors: dict = field(default_factory=dict)  # label -> "ename: evalue" for grader cells
+    stopped: bool = False  # the grader killed the kernel early (``stop`` was set: tampering seen)
     seconds: float = 0.0
     timings: dict = field(default_factory=dict)  # "kernel start", each grader cell, "submission": seconds
     log_tail: str = ""
@@ -83,12 +85,14 @@ def _kill(client) -> None:
 
 
 def run_cells(cells: list[Cell], timeout: float, kernel_name: str = "python3", env: dict | None = None,
-              before_cell=None, grace_s: float = 0.6) -> Execution:
+              before_cell=None, grace_s: float = 0.6, stop: threading.Event | None = None) -> Execution:
     """Execute ``cells`` in order in one fresh kernel within ``timeout`` seconds in all.
 
     ``before_cell(index, cell)`` is called before each cell (the grader uses it to wait for the
     guard's connection). When a cell times out or the kernel stops answering, the kernel lives
-    ``grace_s`` longer before it is killed. Never raises for what the cells do.
+    ``grace_s`` longer before it is killed. When ``stop`` is set (the guard reported tampering), the
+    kernel is killed at once and the run ends as ``crashed`` with ``stopped`` set. Never raises for
+    what the cells do.
     """
     import nbformat
     from nbclient import NotebookClient
@@ -108,6 +112,17 @@ def run_cells(cells: list[Cell], timeout: float, kernel_name: str = "python3", e
     try:
         with open(log, "wb") as log_fh, client.setup_kernel(env=env or kernel_env(), stdout=log_fh, stderr=log_fh):
             run.timings["kernel start"] = round(time.monotonic() - t0, 2)
+            done = threading.Event()
+
+            def stop_early():
+                while not done.is_set():
+                    if stop.wait(0.1):
+                        run.stopped = True
+                        _kill(client)
+                        return
+
+            if stop is not None:
+                threading.Thread(target=stop_early, name="gpucourse-stop", daemon=True).start()
             try:
                 for index, (cell, nb_cell) in enumerate(zip(cells, nb.cells)):
                     started = time.monotonic()
@@ -133,9 +148,12 @@ def run_cells(cells: list[Cell], timeout: float, kernel_name: str = "python3", e
             except DeadKernelError:
                 raise
             except BaseException:
+                if run.stopped:
+                    raise
                 time.sleep(grace_s)  # a hung or broken kernel: let the guard's watchdog report why
                 raise
             finally:
+                done.set()
                 _kill(client)
     except CellTimeoutError:
         run.status = "timeout"

@@ -15,6 +15,7 @@ Everything here runs in the grader's own process, out of the submission's reach:
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import secrets
 import threading
@@ -129,11 +130,12 @@ def _imports_tf(node) -> bool:
     return False
 
 
+@functools.lru_cache(maxsize=64)
 def needs_tensorflow(text: str) -> bool:
     """True if the test file's ``cases``/``judge`` (or module code they call) import TensorFlow or Keras."""
     try:
         tree = ast.parse(text)
-    except SyntaxError:
+    except (SyntaxError, SystemError):  # SystemError: CPython 3.11's AST builder used by two threads
         return False
     if any(_imports_tf(n) for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))):
         return True

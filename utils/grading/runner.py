@@ -177,7 +177,7 @@ def _run(report: GradeReport, code, tests, plan, helpers, timeout, kernel_name) 
             if index == 1 and not channel.wait_connected(GUARD_CONNECT_S):
                 raise RuntimeError("the grader's guard did not connect")
 
-        run = run_cells(cells, timeout, kernel_name, before_cell=before)
+        run = run_cells(cells, timeout, kernel_name, before_cell=before, stop=channel.tampered)
         channel.wait_end(60)  # the kernel is dead: this only waits for the reader to reach its end
     finally:
         channel.close()
@@ -195,9 +195,10 @@ def _run(report: GradeReport, code, tests, plan, helpers, timeout, kernel_name) 
     report.tampering = found.tampering
     if run.status != "ok":
         report.items = _placeholder(plan, f"not graded: the run ended early ({run.status})")
-        if report.tampering:  # e.g. a patched json or builtins broke the kernel itself
+        if report.tampering:  # seen by the guard: the run was stopped, or the patch broke the kernel itself
             report.status = "tampered"
-            report.reason = f"the submission changed what the grader relies on; all marks withheld ({run.reason})"
+            why = f"the grader stopped the run in {run.last_cell}" if run.stopped else run.reason
+            report.reason = f"the submission changed what the grader relies on; all marks withheld ({why})"
         else:
             report.status, report.reason = run.status, run.reason
         return
