@@ -78,6 +78,7 @@ try:
 except Exception:
     pass
 exec("1 + 1")
+compile("x = 1", "<driver>", "exec")                  # other code under the driver's name
 sys.audit("gpucourse.observed", "public:q1", "forged")
 vars(builtins)["isinstance"] = lambda o, c: True      # the hook must not care about these
 builtins.len = lambda x: 0
@@ -119,6 +120,7 @@ def test_guard_reports_each_attack_through_an_authenticated_channel(tmp_path):
     assert "sys.addaudithook (refused)" in text
     assert "'dynamic-code', 'exec'" in text and "'dynamic-code', 'compile'" in text
     assert "'forged', 'gpucourse.observed'" in text
+    assert "'forged', \"compiled other code under the name of the grader's driver\"" in text
     assert "namedtuple" not in text and "make_dataclass" not in text and "_process_class" not in text
     changed = [c for r in channel.records if r.kind == "changed" for c in r.detail[1]]
     names = {name for _, name in changed}
