@@ -7,6 +7,7 @@ outcome::
     {"class": "stdlib replacement", "base": "lab", "status": "tampered", "score": 0,
      "hidden": "hidden_inline.py",            # optional: an extra test file from attacks/
      "tampering": ["json.dumps was replaced"], # fragments, each found in one tampering reason
+     "tampering_any": ["...", "..."],          # at least one of these (the run stops at the first sign)
      "flags": ["..."],                         # fragments, each found in one review flag
      "withheld": ["q4"],                       # items whose marks are withheld
      "items": {"q1": "fail"},                  # item statuses
@@ -67,6 +68,8 @@ def check_attack(path: Path, tmp_path: Path) -> None:
         assert rep.score == want["score"], text
     for fragment in want.get("tampering", []):
         assert any(fragment in t for t in rep.tampering), f"no tampering reason with {fragment!r}:\n{text}"
+    if want.get("tampering_any"):
+        assert any(f in t for f in want["tampering_any"] for t in rep.tampering), text
     for fragment in want.get("flags", []):
         assert any(fragment in f for f in rep.flags), f"no flag with {fragment!r}:\n{text}"
     rows = {r["key"]: r for r in rep.items}

@@ -85,13 +85,13 @@ def _kill(client) -> None:
 
 
 def run_cells(cells: list[Cell], timeout: float, kernel_name: str = "python3", env: dict | None = None,
-              before_cell=None, grace_s: float = 0.6, stop: threading.Event | None = None) -> Execution:
+              before_cell=None, grace_s: float = 1.0, stop: threading.Event | None = None) -> Execution:
     """Execute ``cells`` in order in one fresh kernel within ``timeout`` seconds in all.
 
     ``before_cell(index, cell)`` is called before each cell (the grader uses it to wait for the
     guard's connection). When a cell times out or the kernel stops answering, the kernel lives
     ``grace_s`` longer before it is killed. When ``stop`` is set (the guard reported tampering), the
-    kernel is killed at once and the run ends as ``crashed`` with ``stopped`` set. Never raises for
+    kernel is killed ``grace_s`` later and the run ends as ``crashed`` with ``stopped`` set. Never raises for
     what the cells do.
     """
     import nbformat
@@ -118,6 +118,7 @@ def run_cells(cells: list[Cell], timeout: float, kernel_name: str = "python3", e
                 while not done.is_set():
                     if stop.wait(0.1):
                         run.stopped = True
+                        time.sleep(grace_s)  # let the guard report the rest of what the same cell changed
                         _kill(client)
                         return
 
