@@ -38,7 +38,8 @@ def expected(path: Path) -> dict:
 #: that pytest-xdist's --dist loadfile spreads the kernels over both workers).
 WITHHELD = [p for p in FILES if expected(p)["status"] == "tampered"]
 FLAGGED = [p for p in FILES if expected(p)["status"] != "tampered"]
-BASES = {"lab": ROOT / "labs" / "01_device_detection.ipynb", "solution": ROOT / "solutions" / "01_device_detection.ipynb"}
+BASES = {"lab": ROOT / "labs" / "01_device_detection.ipynb",
+         "solution": ROOT / "solutions" / "01_device_detection.ipynb"}
 
 
 def test_every_attack_class_has_a_golden_file():

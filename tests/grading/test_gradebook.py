@@ -11,8 +11,8 @@ from gpucourse.grading.report import GradeReport
 
 
 def _row(learner, lab, status, score, max_score=10, flags=(), tampering=(), withheld=False):
-    items = [{"key": "q1", "title": "t", "points": score, "max_points": max_score, "status": "pass" if score else "fail",
-              "message": "", "source": "public", "trust": "split"}]
+    items = [{"key": "q1", "title": "t", "points": score, "max_points": max_score,
+              "status": "pass" if score else "fail", "message": "", "source": "public", "trust": "split"}]
     if withheld:
         items[0].update(status="withheld", points=0, message="Marks withheld: called a helper")
     return GradeReport(f"{learner}.ipynb", lab, status, "why" if status != "graded" else "", score, max_score, items,

@@ -12,7 +12,8 @@ def _flags(*cells, **kw):
 
 
 def test_scan_flags_patching_modules_and_classes():
-    text = _flags("import tensorflow as tf\nimport gpucourse.grading.items as gi\nfrom gpucourse.grading import Checker",
+    text = _flags("import tensorflow as tf\nimport gpucourse.grading.items as gi\n"
+                  "from gpucourse.grading import Checker",
                   "tf.config.list_physical_devices = lambda *a: []",
                   "gi.run_item = None\nsetattr(tf, 'device', None)\nimport sys\nsys.modules['x'] = 1",
                   "model = object()\nmodel.trainable = False\n%timeit 1",
@@ -44,7 +45,8 @@ def test_scan_flags_primitives_a_cheat_needs(src, fragment):
 
 
 def test_scan_knows_the_lab_template_and_answer_helpers():
-    template = [SETUP_CELL, "import tensorflow as tf\nfrom gpucourse import devices\nfrom gpucourse.grading import Checker",
+    template = [SETUP_CELL,
+                "import tensorflow as tf\nfrom gpucourse import devices\nfrom gpucourse.grading import Checker",
                 "def f():\n    raise NotImplementedError"]
     clean = _flags(SETUP_CELL, template[1], "def f():\n    return devices.describe([])", lab="01", template=template)
     assert clean == ""
@@ -91,7 +93,8 @@ def test_assess_sorts_records_into_tampering_withheld_and_flags():
     assert "public:q2" in a.withheld and "pad_to_bucket" in a.withheld["public:q2"]
     early = assess([_rec("event", ("submission", "helper", "gpucourse.xla.pad_to_bucket", "cell:4"))], [], plan,
                    helpers={"gpucourse.xla.pad_to_bucket": ["q4"]})
-    assert list(early.withheld) == ["public:q4"] and early.flags == ["called gpucourse.xla.pad_to_bucket (in `cell`, line 4)"]
+    assert list(early.withheld) == ["public:q4"]
+    assert early.flags == ["called gpucourse.xla.pad_to_bucket (in `cell`, line 4)"]
     assert "inspected the running program" in a.inline_withheld
     text = "\n".join(a.flags)
     assert "ran dynamically built code: exec in `cell`, line 3" in text

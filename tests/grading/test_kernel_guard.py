@@ -101,8 +101,8 @@ def test_guard_reports_each_attack_through_an_authenticated_channel(tmp_path):
     script.write_text(f"GUARD_FILENAME = {GUARD_FILENAME!r}\n" + SCRIPT)
     channel = Channel().start()
     try:
-        proc = subprocess.run([sys.executable, str(script), kernel_guard.__file__, channel.address],
-                              capture_output=True, text=True, timeout=120, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+        proc = subprocess.run([sys.executable, str(script), kernel_guard.__file__, channel.address], text=True,
+                              capture_output=True, timeout=120, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert channel.wait_end(10), (channel.records, channel.problems)
     finally:

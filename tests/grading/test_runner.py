@@ -1,4 +1,4 @@
-"""The grader on real notebooks: partial marks, hidden tests, and every way a run can go wrong (gpucourse.grading.runner, cli)."""
+"""The grader on real notebooks: partial marks, hidden tests, every way a run can go wrong (runner, cli)."""
 
 import json
 import shutil

@@ -306,7 +306,7 @@ def assess(records, problems: list[str], plan_names: list[str], config_digest: s
                 elif what == "added":
                     a.tampering.append(f"added {name}")
                 else:
-                    a.tampering.append(f"{name} was replaced" if not name.startswith("the ") else f"{name} was replaced")
+                    a.tampering.append(f"{name} was replaced")
         elif kind == "event":
             phase, category, what, where = detail
             at = _where(where)

@@ -18,7 +18,8 @@ them), then, item by item:
 Every message goes out as an audit event (``sys.audit``) that the guard's hook, installed before
 the submission ran, writes to the grader's socket: ``gpucourse.phase`` at the start, before each
 item and at the end (each time, the hook compares everything it watches with its record), and
-``gpucourse.observed`` with the JSON text of one item's observation. Nothing is written to a file or printed for the grader.
+``gpucourse.observed`` with the JSON text of one item's observation. Nothing is written to a file
+or printed for the grader.
 """
 
 from __future__ import annotations
@@ -72,7 +73,8 @@ def run(config_text: str, user_ns: dict, audit=None) -> dict:
     try:
         for source, path, text in config["tests"]:
             try:
-                found[source] = {spec.key: (spec, obj) for spec, obj in items.items_in(items.load_test_source(text, path))}
+                module = items.load_test_source(text, path)
+                found[source] = {spec.key: (spec, obj) for spec, obj in items.items_in(module)}
             except Exception as exc:
                 errors[source] = f"{type(exc).__name__}: {exc}"[:500]
     finally:
