@@ -1,10 +1,7 @@
 """The kernel-side guard, unit-tested in a fresh interpreter (its audit hook cannot be removed) and its channel."""
 
 import dis
-import hashlib
-import hmac
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -12,7 +9,7 @@ import types
 
 from gpucourse.grading import kernel_guard
 from gpucourse.grading.channel import Channel
-from gpucourse.grading.kernel_guard import GUARD_FILENAME, PROTOCOL
+from gpucourse.grading.kernel_guard import GUARD_FILENAME
 
 #: Functions the hook runs after the submission's code: they may use closure variables only.
 RUNTIME = {"plain", "caller", "where", "emit", "_mac", "_sha256_hex", "compare", "watchdog", "threads_left", "report",
@@ -135,60 +132,8 @@ def test_guard_reports_each_attack_through_an_authenticated_channel(tmp_path):
     assert threads and "<lambda>" in threads[0][0]
 
 
-def _fake_guard(address, lines):
-    key = os.urandom(32)
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.connect(address)
-        s.sendall(f"{PROTOCOL} {key.hex()}\n".encode())
-        for seq, kind, detail, good in lines:
-            body = repr((seq, kind, detail)).encode()
-            mac = hmac.new(key if good else b"x" * 32, body, hashlib.sha256).hexdigest().encode()
-            s.sendall(mac + b" " + body + b"\n")
-
-
-def test_channel_rejects_forged_and_missing_records():
-    channel = Channel().start()
-    try:
-        _fake_guard(channel.address, [(1, "ready", (1, 1, 1), True), (2, "event", ("x",), False),
-                                      (4, "phase", ("begin", ""), True), (5, "end", (0.1,), True),
-                                      (6, "observed", ("late", "x"), True)])
-        assert channel.wait_end(5)
-    finally:
-        channel.close()
-    assert [r.kind for r in channel.records] == ["ready", "phase", "end"]  # nothing after end
-    assert channel.tampered.is_set()
-    assert any("did not write" in p for p in channel.problems)
-    assert any("never arrived" in p for p in channel.problems)
-
-
-def test_channel_reports_a_closed_channel_and_accepts_one_connection():
-    channel = Channel().start()
-    try:
-        _fake_guard(channel.address, [(1, "ready", (1, 1, 1), True)])
-        assert not channel.wait_end(5)
-        assert not os.path.exists(channel.address)  # no second connection possible
-    finally:
-        channel.close()
-    assert channel.closed_early and channel.problems == []
-
-
-def test_guard_refuses_nothing_before_install_and_its_source_is_stdlib_only():
+def test_guard_source_uses_the_standard_library_only():
     tree_src = textwrap.dedent(open(kernel_guard.__file__).read())
     imports = {line.split()[1].split(".")[0] for line in tree_src.splitlines()
                if line.strip().startswith(("import ", "from ")) and not line.strip().startswith("from __future__")}
     assert imports <= set(sys.stdlib_module_names), imports - set(sys.stdlib_module_names)
-
-
-def test_channel_raises_the_alarm_on_tampering_records_only():
-    for detail, kind, alarm in [((("replaced", "json.dumps"),), "changed", True),
-                                ((("import-system", "sys.meta_path was changed"),), "changed", False)]:
-        channel = Channel().start()
-        try:
-            _fake_guard(channel.address, [(1, "ready", (1, 1, 1), True), (2, kind, ("submission", detail), True),
-                                          (3, "event", ("item:public:q1", "ctypes" if alarm else "process", "x", "f:1"),
-                                           True), (4, "end", (0.1,), True)])
-            assert channel.wait_end(5)
-        finally:
-            channel.close()
-        assert channel.tampered.is_set() is alarm and channel.problems == []
-        assert channel.records[1].detail == ("submission", detail)
