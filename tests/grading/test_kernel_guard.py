@@ -12,7 +12,7 @@ from gpucourse.grading.channel import Channel
 from gpucourse.grading.kernel_guard import GUARD_FILENAME
 
 #: Functions the hook runs after the submission's code: they may use closure variables only.
-RUNTIME = {"plain", "caller", "where", "emit", "_mac", "_sha256_hex", "compare", "watchdog", "threads_left", "report",
+RUNTIME = {"plain", "caller", "origin", "where", "emit", "_mac", "_sha256_hex", "compare", "watchdog", "threads_left", "report",
            "on_phase", "on_grader_event", "handle", "hook", "helper", "register"}
 
 
@@ -36,9 +36,11 @@ import sys
 src, address = sys.argv[1], sys.argv[2]
 g = {"__name__": "gpucourse_guard"}
 exec(compile(open(src).read(), GUARD_FILENAME, "exec"), g)
+PROTECTED = sys.argv[3]
 g["install"]({"address": address, "preload_defaults": False, "preload": ["json", "hashlib", "gpucourse.distribute"],
               "answer_helpers": ["gpucourse.distribute.visible_gpu_ids"], "driver_files": ["<driver>"],
-              "grader_files": []})
+              "grader_files": ["<grader>"], "protected_files": [PROTECTED]})
+exec(compile("open(PROTECTED).read()", "<grader>", "exec"), {"PROTECTED": PROTECTED})  # the grader's own read
 LEARNER = """
 import builtins, gc, importlib, json, sys, threading, time, types
 import collections, dataclasses
@@ -75,13 +77,15 @@ try:
 except Exception:
     pass
 exec("1 + 1")
+import pathlib
+pathlib.Path(PROTECTED).read_text()                    # reading the tests, through a library
 compile("x = 1", "<driver>", "exec")                  # other code under the driver's name
 sys.audit("gpucourse.observed", "public:q1", "forged")
 vars(builtins)["isinstance"] = lambda o, c: True      # the hook must not care about these
 builtins.len = lambda x: 0
 builtins.repr = lambda x: "forged"
 """
-exec(compile(LEARNER, "/tmp/ipykernel_0/cell.py", "exec"), {"__name__": "__main__"})
+exec(compile(LEARNER, "/tmp/ipykernel_0/cell.py", "exec"), {"__name__": "__main__", "PROTECTED": PROTECTED})
 DRIVER = """
 import sys
 sys.audit("gpucourse.phase", "begin", "")
@@ -96,10 +100,13 @@ exec(compile(DRIVER, "<driver>", "exec"), {})
 def test_guard_reports_each_attack_through_an_authenticated_channel(tmp_path):
     script = tmp_path / "run.py"
     script.write_text(f"GUARD_FILENAME = {GUARD_FILENAME!r}\n" + SCRIPT)
+    tests = tmp_path / "lab99.py"
+    tests.write_text("SECRET = 1\n")
     channel = Channel().start()
     try:
-        proc = subprocess.run([sys.executable, str(script), kernel_guard.__file__, channel.address], text=True,
-                              capture_output=True, timeout=120, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+        proc = subprocess.run([sys.executable, str(script), kernel_guard.__file__, channel.address, str(tests)],
+                              text=True, capture_output=True, timeout=120,
+                              env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert channel.wait_end(10), (channel.records, channel.problems)
     finally:
@@ -117,6 +124,7 @@ def test_guard_reports_each_attack_through_an_authenticated_channel(tmp_path):
     assert "sys.addaudithook (refused)" in text
     assert "'dynamic-code', 'exec'" in text and "'dynamic-code', 'compile'" in text
     assert "'forged', 'gpucourse.observed'" in text
+    assert text.count("'reads-tests'") == 1 and "lab99.py', '<module>:" in text  # the learner's read only
     assert "'forged', \"compiled other code under the name of the grader's driver\"" in text
     assert "namedtuple" not in text and "make_dataclass" not in text and "_process_class" not in text
     changed = [c for r in channel.records if r.kind == "changed" for c in r.detail[1]]

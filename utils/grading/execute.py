@@ -2,7 +2,8 @@
 
 :func:`run_cells` is the one place the grader starts a kernel. The kernel runs in a fresh temporary
 folder with the grader's environment plus what the course's setup cell would set, and with
-``GPUCOURSE_GRADING=1`` (``check()`` then skips its own run: the grader checks every item itself).
+``GPUCOURSE_GRADING=1`` (``check()`` then skips its own run: the grader checks every item itself),
+a fresh IPython directory without input history, and no user site-packages.
 Errors in a cell do not stop the run: later cells may still define what is graded. When the last
 cell has run, or the time is up, or the kernel died, the kernel's whole process group and every
 process it started are killed, so nothing the submission left running (threads, ``atexit`` hooks,
@@ -51,6 +52,7 @@ def kernel_env(extra: dict | None = None) -> dict:
     env["MPLBACKEND"] = "Agg"
     env["GPUCOURSE_GRADING"] = "1"
     env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env["PYTHONNOUSERSITE"] = "1"  # no usercustomize.py or user .pth a previous submission could have left
     env.pop("PYTEST_CURRENT_TEST", None)
     env.update(extra or {})
     return env
@@ -100,17 +102,22 @@ def run_cells(cells: list[Cell], timeout: float, kernel_name: str = "python3", e
 
     run = Execution()
     workdir = Path(tempfile.mkdtemp(prefix="gpucourse-grade-"))
+    env = dict(env or kernel_env())
+    # A fresh IPython directory: no startup files or history another submission could have written,
+    # and nothing of this one (its input history holds the grader's cells) for the next to read.
+    env["IPYTHONDIR"] = str(workdir / ".ipython")
     log = workdir.with_suffix(".log")
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c.source) for c in cells])
     nb.metadata["kernelspec"] = {"name": kernel_name, "display_name": "Python 3", "language": "python"}
     client = NotebookClient(nb, timeout=timeout, kernel_name=kernel_name, allow_errors=True, startup_timeout=120,
-                            resources={"metadata": {"path": str(workdir)}})
+                            resources={"metadata": {"path": str(workdir)}},
+                            extra_arguments=["--HistoryManager.enabled=False"])
     client.shutdown_kernel = "immediate"
     t0 = time.monotonic()
     deadline = t0 + timeout
     index = 0
     try:
-        with open(log, "wb") as log_fh, client.setup_kernel(env=env or kernel_env(), stdout=log_fh, stderr=log_fh):
+        with open(log, "wb") as log_fh, client.setup_kernel(env=env, stdout=log_fh, stderr=log_fh):
             run.timings["kernel start"] = round(time.monotonic() - t0, 2)
             done = threading.Event()
 

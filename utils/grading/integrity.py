@@ -73,9 +73,11 @@ def answer_helpers(lab: str | None, modules=()) -> tuple[str, ...]:
     return tuple(helper_items(lab, modules))
 
 
-def guard_config(address: str | None, helpers, grader_files, driver_files, driver_sha256) -> dict:
+def guard_config(address: str | None, helpers, grader_files, driver_files, driver_sha256, protected=()) -> dict:
+    """What :func:`gpucourse.grading.kernel_guard.install` needs (see its docstring)."""
     return {"address": address, "answer_helpers": list(helpers), "grader_files": list(grader_files),
-            "driver_files": list(driver_files), "driver_sha256": list(driver_sha256)}
+            "driver_files": list(driver_files), "driver_sha256": list(driver_sha256),
+            "protected_files": list(protected)}
 
 
 # --------------------------------------------------------------------------- static scan
@@ -319,6 +321,11 @@ def assess(records, problems: list[str], plan_names: list[str], config_digest: s
                 a.inline_withheld = a.inline_withheld or (
                     f"Marks withheld: your code inspected the running program ({label}), which can read a "
                     "check's expected answers. Solve the item without sys._getframe, inspect, gc or tracing.")
+            elif category == "reads-tests":
+                if item:
+                    a.withheld.setdefault(item, f"Marks withheld: while this item was graded your code read the "
+                                                f"checks' own files ({at}). Solve the item without them.")
+                a.flags.append(f"read the lab's test files: {what.rsplit('/', 1)[-1]} {at}".strip())
             elif category == "helper":
                 targets = [item] if item else [f"public:{k}" for k in (helpers or {}).get(what, [])]
                 for target in targets:

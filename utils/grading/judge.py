@@ -9,7 +9,10 @@ Everything here runs in the grader's own process, out of the submission's reach:
   differ from those of the learner's own ``check()`` and from one submission to the next;
 * :func:`judge` turns an observation into a verdict with the grader's copy of the item;
 * :func:`warm_up` imports TensorFlow in a background thread, while the kernel runs, when a judge
-  (or what it calls) imports it.
+  (or what it calls) imports it;
+* :func:`kernel_source` is the part of a test file the kernel needs: split items keep ``observe``
+  and what it uses, but lose ``cases`` and ``judge`` and every helper only those use, so a test's
+  reference code never enters the submission's kernel (not even in the notebook's input history).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from dataclasses import dataclass, field
 
 from .items import ItemResult, ItemSpec, is_split, items_in, judge_item, load_test_source, make_cases
 
-__all__ = ["PlanEntry", "judge", "load_tests", "make_plan", "needs_tensorflow", "warm_up"]
+__all__ = ["PlanEntry", "judge", "kernel_source", "load_tests", "make_plan", "needs_tensorflow", "warm_up"]
 
 _MODULES: dict[tuple[str, str], object] = {}
 _LOCK = threading.Lock()
@@ -172,3 +175,95 @@ def warm_up(texts: list[str]) -> threading.Thread | None:
     _WARM["thread"] = threading.Thread(target=load, name="gpucourse-warm-tf", daemon=True)
     _WARM["thread"].start()
     return _WARM["thread"]
+
+
+_GRADER_ONLY = ("cases", "judge")
+_STUB = "raise NotImplementedError('runs in the grader, not in the kernel')"
+
+
+def _is_item_class(node) -> bool:
+    if not isinstance(node, ast.ClassDef):
+        return False
+    names = {f.name for f in node.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    return {"cases", "observe", "judge"} <= names
+
+
+def _names(node) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+@functools.lru_cache(maxsize=64)
+def kernel_source(text: str) -> str:
+    """``text`` without what only the grader runs, with every kept line at its old line number.
+
+    The bodies of ``cases``/``judge`` of split items become a one-line stub, and module-level
+    functions, classes and assignments that nothing kept uses become blank lines. Imports, inline
+    items (plain ``fn(ns)``, judged in the kernel) and everything ``observe`` reaches stay. A file
+    that does not parse is returned as it is (the kernel reports the error).
+    """
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, SystemError):
+        return text
+    lines = text.splitlines()
+    blank: set[int] = set()  # 0-based line numbers to empty
+    stubs: dict[int, str] = {}  # 0-based line -> replacement
+    for node in tree.body:
+        if not _is_item_class(node):
+            continue
+        for fn in node.body:
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and fn.name in _GRADER_ONLY:
+                first, last = fn.body[0].lineno - 1, fn.end_lineno - 1
+                indent = lines[first][: len(lines[first]) - len(lines[first].lstrip())]
+                if fn.body[0].lineno == fn.lineno:  # a one-line `def judge(case, seen): ...`
+                    return text
+                blank |= set(range(first, last + 1))
+                stubs[first] = indent + _STUB
+    defined = {}
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defined[node.name] = node
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            for t in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                if isinstance(t, ast.Name):
+                    defined[t.id] = node
+    grader_only = {id(fn) for n in tree.body if _is_item_class(n) for fn in n.body
+                   if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and fn.name in _GRADER_ONLY}
+
+    def used(node) -> set[str]:
+        todo, out = [node], set()
+        while todo:
+            sub = todo.pop()
+            if id(sub) in grader_only:
+                continue
+            if isinstance(sub, ast.Name):
+                out.add(sub.id)
+            todo += list(ast.iter_child_nodes(sub))
+        return out
+
+    def is_inline(n) -> bool:
+        return isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
+            isinstance(d, ast.Call) and getattr(d.func, "id", getattr(d.func, "attr", "")) == "item"
+            for d in n.decorator_list)
+
+    def is_root(n) -> bool:
+        if _is_item_class(n) or is_inline(n):
+            return True
+        if isinstance(n, (ast.Assign, ast.AnnAssign)):
+            targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+            return any(isinstance(t, ast.Name) and t.id in ("__all__", "ANSWER_HELPERS") for t in targets)
+        return not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+
+    keep, todo = set(), [n for n in tree.body if is_root(n)]
+    while todo:
+        node = todo.pop()
+        if id(node) in keep:
+            continue
+        keep.add(id(node))
+        todo += [defined[name] for name in used(node) if name in defined]
+    for node in tree.body:
+        if id(node) not in keep:
+            first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])]) - 1
+            blank |= set(range(first, node.end_lineno))
+    out = [stubs.get(i, "" if i in blank else line) for i, line in enumerate(lines)]
+    return "\n".join(out) + "\n"

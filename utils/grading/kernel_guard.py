@@ -112,7 +112,8 @@ def install(config: dict, user_ns: dict | None = None) -> dict:
     names of course functions whose use answers an item), ``grader_files`` (file names of grader
     code that later runs in the kernel: the tests), ``driver_files`` (the observation driver's file
     name: only code compiled under it may send phase and observation events), ``driver_sha256``
-    (digests of the driver's source: compiling exactly that is not reported), ``preload`` (extra
+    (digests of the driver's source: compiling exactly that is not reported), ``protected_files``
+    (the test files: opening one is reported), ``preload`` (extra
     modules to import and watch) and ``preload_defaults`` (False: import only ``preload``; for tests).
     ``user_ns`` is the notebook's namespace: its ``__builtins__`` must stay the real builtins.
     """
@@ -218,6 +219,9 @@ def install(config: dict, user_ns: dict | None = None) -> dict:
     grader_files = frozenset(config.get("grader_files", ()))
     driver_files = frozenset(config.get("driver_files", ()))
     driver_digests = frozenset(config.get("driver_sha256", ()))
+    _realpath = os.path.realpath
+    protected = frozenset(_realpath(p) for p in config.get("protected_files", ()))
+    protected_names = frozenset(os.path.basename(p) for p in protected)
 
     def plain(s, limit=200):
         """An exact ``str`` copy of ``s`` (a str subclass cannot run code here), else '?'."""
@@ -247,6 +251,25 @@ def install(config: dict, user_ns: dict | None = None) -> dict:
                 continue
             if name in grader_files or name.startswith(library_roots):
                 return None
+            return f
+        return None
+
+    def origin(depth=3):
+        """Like :func:`caller`, but looks through library frames too: the first frame of the grader's own
+        code (None) or of the submission's (that frame) behind the event."""
+        try:
+            f = _getframe(depth)
+        except _ValueError:
+            return None
+        while f is not None:
+            name = f.f_code.co_filename
+            if _type(name) is not _str:
+                return f
+            if name in grader_files:
+                return None
+            if name in mediators or name.startswith(library_roots):
+                f = f.f_back
+                continue
             return f
         return None
 
@@ -497,6 +520,14 @@ def install(config: dict, user_ns: dict | None = None) -> dict:
                     emit("changed", (state["phase"], (("replaced", what),)))
             return None
         if event == "open":
+            if (_len(args) >= 1 and _type(args[0]) is _str and args[0].rpartition("/")[2] in protected_names
+                    and _realpath(args[0]) in protected):
+                # The grader sends the tests as text: only its own traceback formatting opens them. Any
+                # other reader, directly or through a library (importlib, linecache), is the submission.
+                f = origin()
+                if f is not None:
+                    report("reads-tests", args[0][-200:], f)
+                return None
             if _len(args) >= 2 and _type(args[0]) is _str and args[0].startswith(install_roots):
                 mode, flags = args[1], args[2] if _len(args) > 2 else 0
                 if ((_type(mode) is _str and ("w" in mode or "a" in mode or "x" in mode or "+" in mode))

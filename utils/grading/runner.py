@@ -32,7 +32,7 @@ from . import judge as judging
 from .channel import Channel
 from .execute import Cell, run_cells
 from .integrity import assess, guard_config, helper_items, scan_source
-from .items import ITEM_TIMEOUT_S, ItemResult, lab_test_path
+from .items import ITEM_TIMEOUT_S, LABTESTS_DIR, ItemResult, lab_test_path
 from .kernel_observe import DRIVER_FILENAME
 from .report import GradeReport
 
@@ -157,8 +157,10 @@ def grade_notebook(path: str | Path, lab: str | None = None, extra_tests=(), tim
 def _cells(code, tests, plan, helpers, address) -> list[Cell]:
     guard_src, driver_src = GUARD_PY.read_text(), OBSERVE_PY.read_text()
     config = guard_config(address, helpers, [p for _, p, _ in tests] + [str(ITEMS_PY), DRIVER_FILENAME],
-                          [DRIVER_FILENAME], [hashlib.sha256(driver_src.encode()).hexdigest()])
-    observe = {"items_src": ITEMS_PY.read_text(), "items_path": str(ITEMS_PY), "tests": [list(t) for t in tests],
+                          [DRIVER_FILENAME], [hashlib.sha256(driver_src.encode()).hexdigest()],
+                          [p for _, p, _ in tests] + [str(q) for q in sorted(LABTESTS_DIR.glob("lab*.py"))])
+    kernel_tests = [[source, path, judging.kernel_source(text)] for source, path, text in tests]
+    observe = {"items_src": ITEMS_PY.read_text(), "items_path": str(ITEMS_PY), "tests": kernel_tests,
                "plan": [e.to_kernel() for e in plan if not e.error], "timeout_s": ITEM_TIMEOUT_S}
     cells = [Cell("grader setup", _GUARD_CELL.format(filename="<gpucourse-guard>", src=guard_src, config=config))]
     cells += [Cell(f"cell {i}", src, submission=True) for i, src in code]
