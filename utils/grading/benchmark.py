@@ -78,6 +78,11 @@ def main(argv=None) -> int:
           f"(on {res['jobs']} idle cores: about {res['cpu_per_submission_s'] / res['jobs']:.1f} s per submission)")
     for k, v in res["stage_median_s"].items():
         print(f"  {k:<14} {v:>6.2f} s (median per submission)")
+    kernel = res["stage_median_s"].get("kernel cpu")
+    if kernel:
+        print(f"  steady state (once every worker has loaded the tests and run the judges' one-time probes): "
+              f"about {kernel:.1f} CPU-seconds per submission, {kernel / res['jobs']:.1f} s per submission on "
+              f"{res['jobs']} idle cores")
     for v in res["verdicts"]:
         print(f"  {v[0]:<10} {v[1]:<9} {v[2]}/{v[3]}  {v[4]}")
     return 0

@@ -58,6 +58,20 @@ def kernel_env(extra: dict | None = None) -> dict:
     return env
 
 
+def _kernel_cpu(client) -> float | None:
+    """CPU seconds the kernel and its children used so far (for the benchmark), or None."""
+    try:
+        import psutil
+
+        proc = psutil.Process(client.km.provisioner.pid)
+        total = sum(proc.cpu_times()[:2])
+        for child in proc.children(recursive=True):
+            total += sum(child.cpu_times()[:2])
+        return round(total, 2)
+    except Exception:  # noqa: BLE001 (diagnostics only)
+        return None
+
+
 def _kill(client) -> None:
     """SIGKILL the kernel's process group and every process it started (also those in new sessions)."""
     try:
@@ -162,6 +176,9 @@ def run_cells(cells: list[Cell], timeout: float, kernel_name: str = "python3", e
                 raise
             finally:
                 done.set()
+                cpu = _kernel_cpu(client)
+                if cpu is not None:
+                    run.timings["kernel cpu"] = cpu
                 _kill(client)
     except CellTimeoutError:
         run.status = "timeout"
