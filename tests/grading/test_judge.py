@@ -53,6 +53,63 @@ def test_judge_split_inline_and_missing_observations():
     assert "could not load" in judge.judge(q1, {"error": "the kernel could not load this item"})["message"]
 
 
+def _globals_used(fn, module, seen) -> set[str]:
+    """Global names ``fn`` (and the module functions it calls) look up, that ``module`` lacks."""
+    import builtins
+    import types
+
+    missing = set()
+    code = fn.__code__
+    todo = [code]
+    while todo:
+        c = todo.pop()
+        todo += [k for k in c.co_consts if isinstance(k, types.CodeType)]
+        for name in c.co_names:
+            value = vars(module).get(name)
+            if isinstance(value, types.FunctionType) and value.__globals__ is vars(module) and value not in seen:
+                seen.add(value)
+                missing |= _globals_used(value, module, seen)
+    return missing | {n for n in code.co_names if n not in vars(module) and not hasattr(builtins, n)
+                      and n.isidentifier() and n in {i.argval for i in __import__("dis").get_instructions(code)
+                                                     if i.opname == "LOAD_GLOBAL"}}
+
+
+def test_kernel_source_of_every_lab_keeps_what_observe_uses():
+    from gpucourse.grading.items import is_split, items_in, lab_ids, load_test_source
+
+    tricky = '''
+from gpucourse.grading.items import Fail, item
+A, B = 1, 2
+_REF = {"x": 1}
+
+def _reference(x):
+    return _REF[x]
+
+def _build(x):
+    return [x] * A
+
+@item("q1", points=1)
+class q1:
+    def cases(rng):
+        return [{"x": "x"}]
+    def observe(ns, case):
+        return {"got": ns.function("f")(_build(case["x"]))}
+    def judge(case, seen):
+        if seen["got"] != _reference(case["x"]):
+            raise Fail("no")
+'''
+    stripped = judge.kernel_source(tricky)
+    assert "_REF" not in stripped and "def _reference" not in stripped and "A, B = 1, 2" in stripped
+    assert stripped.count("\n") == tricky.count("\n") + (0 if tricky.endswith("\n") else 1)
+    for lab in lab_ids():
+        text = lab_test_path(lab).read_text()
+        full, kept = load_test_source(text, f"lab{lab}.py"), load_test_source(judge.kernel_source(text), "k.py")
+        assert [s.key for s, _ in items_in(full)] == [s.key for s, _ in items_in(kept)]
+        for spec, obj in items_in(kept):
+            fn = obj.observe if is_split(obj) else obj
+            assert not _globals_used(fn, kept, set()), f"lab {lab} {spec.key}: the kernel's copy lacks names"
+
+
 def test_needs_tensorflow_follows_judges_and_cases_only():
     assert not judge.needs_tensorflow(lab_test_path("01").read_text())  # only observe imports TensorFlow there
     judged = '''

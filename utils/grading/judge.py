@@ -251,7 +251,7 @@ def kernel_source(text: str) -> str:
             return True
         if isinstance(n, (ast.Assign, ast.AnnAssign)):
             targets = n.targets if isinstance(n, ast.Assign) else [n.target]
-            return any(isinstance(t, ast.Name) and t.id in ("__all__", "ANSWER_HELPERS") for t in targets)
+            return any(not isinstance(t, ast.Name) or t.id in ("__all__", "ANSWER_HELPERS") for t in targets)
         return not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
 
     keep, todo = set(), [n for n in tree.body if is_root(n)]
