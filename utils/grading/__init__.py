@@ -1,10 +1,22 @@
-"""Grading: the in-notebook ``check()`` and the command-line grader.
+"""Grading: the in-notebook ``check()`` and the grader, one module per job.
 
-* :class:`Checker` gives instant feedback inside a lab notebook.
-* :func:`gpucourse.grading.runner.grade_notebook` executes a submission in a
-  fresh kernel with a time limit and runs the lab's tests (public and hidden).
-* ``python -m gpucourse.grading.cli`` (or ``gpucourse-grade``) grades one
-  notebook or a folder of submissions and writes JSON / CSV gradebooks.
+Learner side:
+
+* :mod:`.checker` (:class:`Checker`): ``check("q1")`` for instant feedback in a lab notebook.
+* :mod:`.items`: how an item is written (``cases``/``observe``/``judge``) and run.
+
+Grader side (``gpucourse-grade``, :mod:`.cli`), modelled on nbgrader's and otter-grader's split:
+
+* :mod:`.runner`: :func:`~.runner.grade_notebook`, the steps of grading one submission;
+* :mod:`.execute`: run cells in a fresh kernel with a time limit, then kill it and its children;
+* :mod:`.kernel_guard` and :mod:`.kernel_observe`: the code that runs *inside* the kernel (the
+  guard before the submission, the observation driver after it), real files read as text;
+* :mod:`.channel`: the grader's end of the guard's authenticated socket;
+* :mod:`.judge`: tests loaded once per process, secret cases, verdicts;
+* :mod:`.integrity`: what the guard watches, the static scan, the verdict on the guard's records;
+* :mod:`.report` (:class:`~.report.GradeReport`) and :mod:`.gradebook` (CSV/JSON/feedback, Canvas);
+* :mod:`.gradescope`: the Gradescope bundle and ``results.json``;
+* :mod:`.benchmark`: seconds per submission (``python -m gpucourse.grading.benchmark``).
 """
 
 from .checker import Checker

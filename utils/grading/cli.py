@@ -1,26 +1,29 @@
-"""Command-line grader: one notebook, or a folder with one submission per learner.
+"""Command-line grader: one notebook, a folder of submissions, a Gradescope bundle, an LMS gradebook.
 
     gpucourse-grade labs/01_device_detection.ipynb
-    gpucourse-grade submissions/ --lab 01 --extra-tests hidden_lab01.py --jobs 2 --out gradebook/
+    gpucourse-grade submissions/ --lab 01 --extra-tests hidden_lab01.py --jobs 2 --out gradebook-lab01/
+    gpucourse-grade gradescope --lab 01 --extra-tests hidden_lab01.py --out lab01-autograder.zip
+    gpucourse-grade lms gradebook-lab01/ gradebook-lab02/ --roster canvas-export.csv --out canvas.csv
 
-A folder holds either ``<learner>.ipynb`` files or ``<learner>/`` sub-folders
-with the notebook inside. For a folder the grader writes ``gradebook.csv``,
-``gradebook.json``, ``feedback/<learner>.txt`` and ``reports/<learner>.json``
-into ``--out``. Running it again overwrites the same files with the same
-results (it is idempotent). A crashing, hanging, malformed or empty submission
+A folder holds either ``<learner>.ipynb`` files or ``<learner>/`` sub-folders with the notebook
+inside. For a folder the grader writes ``gradebook.csv``, ``gradebook.json``, ``canvas.csv``,
+``feedback/<learner>.txt`` and ``reports/<learner>.json`` into ``--out``. Running it again
+overwrites the same files with the same results. A crashing, hanging, malformed or empty submission
 is recorded with its reason and never stops the batch.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import sys
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
-from .runner import DEFAULT_TIMEOUT_S, GradeReport, grade_notebook, lab_of
+from .gradebook import canvas_csv, read_gradebook, write_canvas, write_gradebook
+from .report import GradeReport
+from .runner import DEFAULT_TIMEOUT_S, grade_notebook, lab_of
 
 __all__ = ["discover", "grade_batch", "main"]
 
@@ -56,8 +59,7 @@ def discover(folder: Path, lab: str | None = None) -> list[tuple[str, Path | Non
 def _grade_one(args) -> dict:
     learner, nb, problem, lab, extra, timeout = args
     if nb is None:
-        rep = GradeReport(submission="", lab=lab, status="empty", reason=problem, learner=learner)
-        return rep.to_dict()
+        return GradeReport(submission="", lab=lab, status="empty", reason=problem, learner=learner).to_dict()
     try:
         return grade_notebook(nb, lab=lab, extra_tests=extra, timeout=timeout, learner=learner).to_dict()
     except Exception as exc:  # never lose the batch to one submission
@@ -65,56 +67,46 @@ def _grade_one(args) -> dict:
                            learner=learner).to_dict()
 
 
-def _report(d: dict) -> GradeReport:
-    return GradeReport(**d)
-
-
 def grade_batch(folder: Path, out: Path, lab: str | None = None, extra=(), timeout: float = DEFAULT_TIMEOUT_S,
-                jobs: int = 2, echo=print) -> list[dict]:
-    """Grade every submission in ``folder`` in parallel; write the gradebook and feedback into ``out``."""
+                jobs: int = 2, echo=print, column: str | None = None) -> list[dict]:
+    """Grade every submission in ``folder`` in parallel; write the gradebook and feedback into ``out``.
+
+    Workers are reused across submissions, so each imports the tests (and TensorFlow, when a judge
+    needs it) once. A worker that dies takes only its submission: the rest are graded again in a
+    fresh pool, and a submission that kills two workers is recorded as an error.
+    """
     subs = discover(folder, lab)
     if not subs:
         raise SystemExit(f"no submissions found in {folder}")
-    work = [(learner, nb, problem, lab, [str(p) for p in extra], timeout) for learner, nb, problem in subs]
+    work = {learner: (learner, nb, problem, lab, [str(p) for p in extra], timeout) for learner, nb, problem in subs}
     results: dict[str, dict] = {}
-    with ProcessPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = {pool.submit(_grade_one, w): w[0] for w in work}
-        for fut in as_completed(futures):
-            learner = futures[fut]
-            try:
-                results[learner] = fut.result()
-            except Exception as exc:
-                results[learner] = GradeReport("", lab, "error", f"grader process failed: {exc}",
-                                               learner=learner).to_dict()
-            r = results[learner]
-            echo(f"{learner:<24} {r['status']:<9} {r['score']}/{r['max_score']}  {r['reason']}")
+    for attempt in (1, 2):
+        todo = [w for learner, w in work.items() if learner not in results]
+        if not todo:
+            break
+        with ProcessPoolExecutor(max_workers=max(1, min(jobs, len(todo)))) as pool:
+            futures = {pool.submit(_grade_one, w): w[0] for w in todo}
+            for fut in as_completed(futures):
+                learner = futures[fut]
+                try:
+                    results[learner] = fut.result()
+                except BrokenProcessPool:
+                    if attempt == 2:
+                        results[learner] = GradeReport(str(work[learner][1] or ""), lab, "error",
+                                                       "the grading process died twice on this submission",
+                                                       learner=learner).to_dict()
+                    continue
+                except Exception as exc:
+                    results[learner] = GradeReport("", lab, "error", f"grader process failed: {exc}",
+                                                   learner=learner).to_dict()
+                r = results[learner]
+                echo(f"{learner:<24} {r['status']:<9} {r['score']}/{r['max_score']}  {r['reason']}")
     rows = [results[learner] for learner, _, _ in subs]
-    write_gradebook(rows, out)
+    write_gradebook(rows, out, column)
     return rows
 
 
-def write_gradebook(rows: list[dict], out: Path) -> None:
-    """gradebook.csv / gradebook.json, plus per-learner feedback text and JSON report."""
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "feedback").mkdir(exist_ok=True)
-    (out / "reports").mkdir(exist_ok=True)
-    keys = list(dict.fromkeys(i["key"] for r in rows for i in r["items"]))
-    with open(out / "gradebook.csv", "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(["learner", "lab", "status", "score", "max_score", *keys, "reason", "flags"])
-        for r in rows:
-            per = {i["key"]: i["points"] for i in r["items"]}
-            w.writerow([r["learner"], r["lab"], r["status"], r["score"], r["max_score"],
-                        *[per.get(k, "") for k in keys], r["reason"], "; ".join(r["flags"] + r["tampering"])])
-    stable = [{k: v for k, v in r.items() if k != "duration_s"} for r in rows]
-    (out / "gradebook.json").write_text(json.dumps(stable, indent=2) + "\n")
-    for r in rows:
-        (out / "feedback" / f"{r['learner']}.txt").write_text(_report(r).table() + "\n")
-        (out / "reports" / f"{r['learner']}.json").write_text(json.dumps(r, indent=2) + "\n")
-
-
-def main(argv=None) -> int:
-    """Entry point of ``gpucourse-grade`` / ``python -m gpucourse.grading.cli``."""
+def _grade_main(argv) -> int:
     ap = argparse.ArgumentParser(prog="gpucourse-grade", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("path", type=Path, help="a submitted .ipynb, or a folder of submissions")
@@ -125,10 +117,9 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=Path("grading-output"), help="folder for JSON/CSV results")
     ap.add_argument("--json", type=Path, help="for one notebook: where to write its JSON report")
     ap.add_argument("--jobs", type=int, default=2, help="submissions graded in parallel (folder mode)")
+    ap.add_argument("--canvas-column", help="name of this lab's Canvas column in canvas.csv, e.g. 'Lab 01 (4321)'")
     a = ap.parse_args(argv)
-    if a.lab is not None and not (a.lab.isdigit() and len(a.lab) <= 2):
-        ap.error(f"--lab takes a lab number like 01, got {a.lab!r}")
-    lab = a.lab.zfill(2) if a.lab else None
+    lab = _lab_arg(ap, a.lab)
     for p in a.extra_tests:
         if not p.is_file():
             ap.error(f"extra test file not found: {p}")
@@ -136,9 +127,8 @@ def main(argv=None) -> int:
         ap.error("--timeout must be > 0 and --jobs >= 1")
     if not a.path.exists():
         ap.error(f"no such file or folder: {a.path}")
-
     if a.path.is_dir():
-        rows = grade_batch(a.path, a.out, lab, a.extra_tests, a.timeout, a.jobs)
+        rows = grade_batch(a.path, a.out, lab, a.extra_tests, a.timeout, a.jobs, column=a.canvas_column)
         print(f"\n{len(rows)} submission(s) graded; gradebook in {a.out}/gradebook.csv")
         return 0
     rep = grade_notebook(a.path, lab=lab, extra_tests=a.extra_tests, timeout=a.timeout)
@@ -148,6 +138,67 @@ def main(argv=None) -> int:
     dest.write_text(json.dumps(rep.to_dict(), indent=2) + "\n")
     print(f"report written to {dest}")
     return 0
+
+
+def _lab_arg(ap, lab: str | None) -> str | None:
+    if lab is not None and not (lab.isdigit() and len(lab) <= 2):
+        ap.error(f"--lab takes a lab number like 01, got {lab!r}")
+    return lab.zfill(2) if lab else None
+
+
+def _gradescope_main(argv) -> int:
+    from .gradescope import VISIBILITIES, build_bundle
+
+    ap = argparse.ArgumentParser(prog="gpucourse-grade gradescope",
+                                 description="Build a Gradescope autograder bundle (.zip) for one lab.")
+    ap.add_argument("--lab", required=True, help="lab number, e.g. 01")
+    ap.add_argument("--extra-tests", nargs="*", type=Path, default=[], metavar="FILE", help="hidden test files")
+    ap.add_argument("--out", type=Path, help="the .zip to write (default: labNN-autograder.zip)")
+    ap.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds per notebook")
+    ap.add_argument("--hidden-visibility", default="after_due_date", choices=VISIBILITIES,
+                    help="when learners see the hidden tests' results (default after_due_date)")
+    a = ap.parse_args(argv)
+    lab = _lab_arg(ap, a.lab)
+    for p in a.extra_tests:
+        if not p.is_file():
+            ap.error(f"extra test file not found: {p}")
+    out = build_bundle(lab, a.extra_tests, a.out or Path(f"lab{lab}-autograder.zip"), a.timeout, a.hidden_visibility)
+    print(f"Gradescope bundle written to {out}: upload it as the autograder of a 'Programming Assignment'.")
+    return 0
+
+
+def _lms_main(argv) -> int:
+    ap = argparse.ArgumentParser(prog="gpucourse-grade lms",
+                                 description="Combine per-lab gradebooks into one Canvas gradebook import CSV.")
+    ap.add_argument("gradebooks", nargs="+", type=Path, help="folders written by gpucourse-grade <folder> --out")
+    ap.add_argument("--out", type=Path, default=Path("canvas.csv"), help="the CSV to write (default canvas.csv)")
+    ap.add_argument("--roster", type=Path, help="a Canvas gradebook export (fills Student, ID, SIS ids, Section)")
+    ap.add_argument("--column", action="append", default=[], metavar="NN=NAME",
+                    help="Canvas column of a lab, e.g. 01='Lab 01 (4321)' (repeat per lab)")
+    a = ap.parse_args(argv)
+    columns = {}
+    for spec in a.column:
+        lab, sep, name = spec.partition("=")
+        if not sep or not lab.strip().isdigit() or not name.strip():
+            ap.error(f"--column takes NN=NAME, e.g. 01='Lab 01 (4321)', got {spec!r}")
+        columns[lab.strip().zfill(2)] = name.strip()
+    try:
+        books = [read_gradebook(g) for g in a.gradebooks]
+        table = canvas_csv(books, a.roster, columns)
+    except (FileNotFoundError, ValueError) as exc:
+        ap.error(str(exc))
+    write_canvas(table, a.out)
+    print(f"{len(table) - 2} learner(s), {len(table[0]) - 5} lab column(s) written to {a.out}")
+    return 0
+
+
+def main(argv=None) -> int:
+    """Entry point of ``gpucourse-grade`` / ``python -m gpucourse.grading.cli``."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    commands = {"gradescope": _gradescope_main, "lms": _lms_main}
+    if argv and argv[0] in commands and not Path(argv[0]).exists():
+        return commands[argv[0]](argv[1:])
+    return _grade_main(argv)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,7 @@
-"""The command-line grader on real notebooks: full marks, zero, and every way a submission can go wrong."""
+"""The grader on real notebooks: partial marks, hidden tests, every way a run can go wrong (runner, cli)."""
 
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import nbformat
@@ -11,7 +10,7 @@ import pytest
 from gpucourse.grading.cli import main as cli_main
 from gpucourse.grading.runner import grade_notebook
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _lab01_with(tmp_path, replace: dict, name="sub.ipynb") -> Path:
@@ -40,24 +39,10 @@ def test_partial_submission_and_hidden_tests(tmp_path):
     by_key = {r["key"]: r for r in rep.items}
     assert by_key["q2"]["status"] == "fail" and "expected '/device:CPU:0'" in by_key["q2"]["message"]
     assert by_key["h1"]["status"] == "pass" and by_key["h1"]["source"] == "hidden:hidden_lab01.py"
+    assert by_key["h1"]["trust"] == "inline" and by_key["q1"]["trust"] == "split"
     assert (rep.score, rep.max_score) == (11, 14)
     assert "FAIL" in rep.table() and "total" in rep.table()
 
-
-def test_redefined_check_and_patched_library_gain_nothing(tmp_path):
-    sub = _lab01_with(tmp_path, {
-        "def summarise_devices": (
-            "import tensorflow as tf\n"
-            "def summarise_devices(devices):\n    return {'CPU': 1}\n"
-            "_real = tf.config.list_physical_devices\n"
-            "tf.config.list_physical_devices = lambda *a: _real('CPU')\n"
-            "def check(*a):\n    print('✅ everything passed')\n"),
-    })
-    rep = grade_notebook(sub, timeout=240)
-    assert rep.status == "tampered", rep.table()
-    assert rep.score == 0 and all(r["points"] == 0 for r in rep.items)
-    assert any("tensorflow.config.list_physical_devices" in t for t in rep.tampering)
-    assert any("assigns to tf.config.list_physical_devices" in f for f in rep.flags)
 
 
 def test_crash_hang_malformed_empty(tmp_path):
@@ -67,8 +52,8 @@ def test_crash_hang_malformed_empty(tmp_path):
     assert "cell" in rep.reason
 
     hang = _lab01_with(tmp_path, {"def pick_device": "import time\nwhile True:\n    time.sleep(1)"}, "hang.ipynb")
-    rep = grade_notebook(hang, timeout=25)
-    assert rep.status == "timeout" and "25 s time limit" in rep.reason and rep.score == 0
+    rep = grade_notebook(hang, timeout=12)
+    assert rep.status == "timeout" and "12 s time limit" in rep.reason and rep.score == 0
 
     bad = tmp_path / "01_bad.ipynb"
     bad.write_text("{ this is not json")
@@ -151,29 +136,3 @@ def test_rewriting_test_files_on_disk_gains_nothing(tmp_path):
     keys = {r["key"]: r["status"] for r in rep.items}
     assert "bonus" not in keys and keys["h1"] == "fail" and keys["q1"] == "fail", rep.table()
     assert rep.max_score == 15 and rep.score == 8
-
-
-def test_a_thread_rewriting_the_results_gains_nothing(tmp_path):
-    """A background thread that rewrites the result file after the tests ran is caught."""
-    sub = _lab01_with(tmp_path, {"def summarise_devices": (
-        "import glob, json, threading, time\n"
-        "def summarise_devices(devices):\n    return {}\n"
-        "def _forge():\n"
-        "    while True:\n"
-        "        for p in glob.glob('result-*.json'):\n"
-        "            try:\n"
-        "                d = json.load(open(p))\n"
-        "            except Exception:\n"
-        "                continue\n"
-        "            if any(r['points'] < r['max_points'] for r in d['results']):\n"
-        "                for r in d['results']:\n"
-        "                    r['points'], r['status'] = r['max_points'], 'pass'\n"
-        "                json.dump(d, open(p, 'w'))\n"
-        "        time.sleep(0.001)\n"
-        "threading.Thread(target=_forge, daemon=True).start()\n")})
-    rep = grade_notebook(sub, timeout=240)
-    if rep.status == "graded":  # the grader read the file before the thread got to it
-        assert rep.score == 8 and {r["key"]: r["status"] for r in rep.items}["q1"] == "fail", rep.table()
-    else:
-        assert rep.status == "tampered" and rep.score == 0, rep.table()
-        assert "altered after the tests ran" in rep.reason

@@ -1,0 +1,89 @@
+"""Attack notebooks: every attack class is withheld or flagged, with its reason (golden files in attacks/).
+
+An attack is ``attacks/<name>.py``: one extra code cell appended to lab 01 (``"base": "lab"``, the
+unsolved notebook the learner starts from). Beside it, ``<name>.expected.json`` holds the golden
+outcome::
+
+    {"class": "stdlib replacement", "base": "lab", "status": "tampered", "score": 0,
+     "hidden": "hidden_inline.py",            # optional: an extra test file from attacks/
+     "tampering": ["json.dumps was replaced"], # fragments, each found in one tampering reason
+     "tampering_any": ["...", "..."],          # at least one of these (the run stops at the first sign)
+     "flags": ["..."],                         # fragments, each found in one review flag
+     "withheld": ["q4"],                       # items whose marks are withheld
+     "items": {"q1": "fail"},                  # item statuses
+     "messages": {"q4": ["fragment"]}}         # fragments of an item's message
+
+Every reason must also reach the learner's feedback (the report's table) and the gradebook's
+integrity column. Each attack runs in its own kernel, once.
+"""
+
+import json
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from gpucourse.grading.runner import grade_notebook
+
+ROOT = Path(__file__).resolve().parents[2]
+ATTACKS = Path(__file__).resolve().parent / "attacks"
+FILES = sorted(p for p in ATTACKS.glob("*.py") if p.with_suffix(".expected.json").is_file())
+
+
+def expected(path: Path) -> dict:
+    return json.loads(path.with_suffix(".expected.json").read_text())
+
+
+#: Attacks whose submission is withheld as a whole (the rest run from test_attacks_flagged.py, so
+#: that pytest-xdist's --dist loadfile spreads the kernels over both workers).
+WITHHELD = [p for p in FILES if expected(p)["status"] == "tampered"]
+FLAGGED = [p for p in FILES if expected(p)["status"] != "tampered"]
+BASES = {"lab": ROOT / "labs" / "01_device_detection.ipynb",
+         "solution": ROOT / "solutions" / "01_device_detection.ipynb"}
+
+
+def test_every_attack_class_has_a_golden_file():
+    classes = {expected(p)["class"] for p in FILES}
+    for needed in ("stdlib replacement", "frame introspection", "class patching", "helper import",
+                   "fixture special-casing", "late action"):
+        assert any(needed in c for c in classes), f"no attack notebook for the class {needed!r}"
+
+
+@pytest.mark.parametrize("path", WITHHELD, ids=lambda p: p.stem)
+def test_attack_is_withheld(path, tmp_path):
+    check_attack(path, tmp_path)
+
+
+def check_attack(path: Path, tmp_path: Path) -> None:
+    """Grade lab 01 plus the attack cell and compare with the golden outcome."""
+    want = expected(path)
+    nb = nbformat.read(BASES[want.get("base", "lab")], as_version=4)
+    nb.cells.append(nbformat.v4.new_code_cell(path.read_text()))
+    sub = tmp_path / "01_attack.ipynb"
+    nbformat.write(nb, sub)
+    extra = [ATTACKS / want["hidden"]] if want.get("hidden") else []
+    rep = grade_notebook(sub, extra_tests=extra, timeout=240)
+    text = rep.table()
+    assert rep.status == want["status"], text
+    if "score" in want:
+        assert rep.score == want["score"], text
+    for fragment in want.get("tampering", []):
+        assert any(fragment in t for t in rep.tampering), f"no tampering reason with {fragment!r}:\n{text}"
+    if want.get("tampering_any"):
+        assert any(f in t for f in want["tampering_any"] for t in rep.tampering), text
+    for fragment in want.get("flags", []):
+        assert any(fragment in f for f in rep.flags), f"no flag with {fragment!r}:\n{text}"
+    rows = {r["key"]: r for r in rep.items}
+    for key in want.get("withheld", []):
+        assert rows[key]["status"] == "withheld" and rows[key]["points"] == 0, text
+    for key, status in want.get("items", {}).items():
+        assert rows[key]["status"] == status, text
+    for key, fragments in want.get("messages", {}).items():
+        for fragment in fragments:
+            assert fragment in rows[key]["message"], text
+    if rep.status == "tampered":
+        assert all(r["points"] == 0 for r in rep.items), text
+    if want.get("tampering") or want.get("flags") or want.get("withheld"):
+        assert rep.integrity() != "ok" and rep.review or want.get("withheld"), text
+    for fragment in want.get("tampering", []) + want.get("flags", []):
+        assert fragment in text and fragment in rep.integrity(), f"{fragment!r} missing from the feedback"

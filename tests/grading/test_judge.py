@@ -1,0 +1,130 @@
+"""The grader's side of items: tests loaded once, secret cases, verdicts, and when TensorFlow is warmed up."""
+
+from gpucourse.grading import judge
+from gpucourse.grading.items import lab_test_path
+
+TESTS = '''
+from gpucourse.grading.items import Fail, item
+
+@item("q1", points=2, title="double")
+class q1:
+    def cases(rng):
+        return [{"x": rng.randint(1, 10**9)}]
+
+    def observe(ns, case):
+        return {"got": ns.function("double")(case["x"])}
+
+    def judge(case, seen):
+        if seen["got"] != 2 * case["x"]:
+            raise Fail(f"double({case['x']}) should be {2 * case['x']}, got {seen['got']}")
+
+@item("q2", points=1, title="inline")
+def q2(ns):
+    ns.function("double")
+'''
+
+
+def test_tests_load_once_and_cases_are_secret():
+    tests = [("public", "/t/lab98.py", TESTS)]
+    (_, _, first), = judge.load_tests(tests)
+    (_, _, again), = judge.load_tests(tests)
+    assert first is again  # one module per text and process: judges' caches survive between submissions
+    plans = [judge.make_plan(judge.load_tests(tests))[0] for _ in range(3)]
+    assert [e.name for e in plans[0]] == ["public:q1", "public:q2"] and plans[0][1].cases is None
+    assert len({p[0].cases[0]["x"] for p in plans}) == 3  # a fresh secret seed each time
+    (_, _, broken), = judge.load_tests([("hidden:x.py", "/t/x.py", "def broken(:")])
+    assert isinstance(broken, SyntaxError)
+    assert judge.make_plan([("hidden:x.py", "/t/x.py", broken)])[1][0].startswith("/t/x.py: SyntaxError")
+
+
+def test_judge_split_inline_and_missing_observations():
+    plan, _ = judge.make_plan(judge.load_tests([("public", "/t/lab98.py", TESTS)]))
+    q1, q2 = plan
+    x = q1.cases[0]["x"]
+    ok = judge.judge(q1, {"observed": {"status": "ok", "seen": [{"got": 2 * x}]}})
+    bad = judge.judge(q1, {"observed": {"status": "ok", "seen": [{"got": x}]}})
+    assert (ok["status"], ok["points"], ok["trust"]) == ("pass", 2, "split")
+    assert bad["status"] == "fail" and f"double({x}) should be {2 * x}" in bad["message"]
+    # An inline verdict's points always come from the grader's spec, never from the kernel's row.
+    forged = judge.judge(q2, {"result": {"status": "pass", "points": 99, "max_points": 99, "message": ""}})
+    assert (forged["points"], forged["max_points"], forged["trust"]) == (1, 1, "inline")
+    assert judge.judge(q2, {"result": {"status": "bogus"}})["status"] == "error"
+    assert "no observation" in judge.judge(q1, None)["message"]
+    assert "could not load" in judge.judge(q1, {"error": "the kernel could not load this item"})["message"]
+
+
+def _globals_used(fn, module, seen) -> set[str]:
+    """Global names ``fn`` (and the module functions it calls) look up, that ``module`` lacks."""
+    import builtins
+    import types
+
+    missing = set()
+    code = fn.__code__
+    todo = [code]
+    while todo:
+        c = todo.pop()
+        todo += [k for k in c.co_consts if isinstance(k, types.CodeType)]
+        for name in c.co_names:
+            value = vars(module).get(name)
+            if isinstance(value, types.FunctionType) and value.__globals__ is vars(module) and value not in seen:
+                seen.add(value)
+                missing |= _globals_used(value, module, seen)
+    return missing | {n for n in code.co_names if n not in vars(module) and not hasattr(builtins, n)
+                      and n.isidentifier() and n in {i.argval for i in __import__("dis").get_instructions(code)
+                                                     if i.opname == "LOAD_GLOBAL"}}
+
+
+def test_kernel_source_of_every_lab_keeps_what_observe_uses():
+    from gpucourse.grading.items import is_split, items_in, lab_ids, load_test_source
+
+    tricky = '''
+from gpucourse.grading.items import Fail, item
+A, B = 1, 2
+_REF = {"x": 1}
+
+def _reference(x):
+    return _REF[x]
+
+def _build(x):
+    return [x] * A
+
+@item("q1", points=1)
+class q1:
+    def cases(rng):
+        return [{"x": "x"}]
+    def observe(ns, case):
+        return {"got": ns.function("f")(_build(case["x"]))}
+    def judge(case, seen):
+        if seen["got"] != _reference(case["x"]):
+            raise Fail("no")
+'''
+    stripped = judge.kernel_source(tricky)
+    assert "_REF" not in stripped and "def _reference" not in stripped and "A, B = 1, 2" in stripped
+    assert stripped.count("\n") == tricky.count("\n") + (0 if tricky.endswith("\n") else 1)
+    for lab in lab_ids():
+        text = lab_test_path(lab).read_text()
+        full, kept = load_test_source(text, f"lab{lab}.py"), load_test_source(judge.kernel_source(text), "k.py")
+        assert [s.key for s, _ in items_in(full)] == [s.key for s, _ in items_in(kept)]
+        for spec, obj in items_in(kept):
+            fn = obj.observe if is_split(obj) else obj
+            assert not _globals_used(fn, kept, set()), f"lab {lab} {spec.key}: the kernel's copy lacks names"
+
+
+def test_needs_tensorflow_follows_judges_and_cases_only():
+    assert not judge.needs_tensorflow(lab_test_path("01").read_text())  # only observe imports TensorFlow there
+    judged = '''
+def _want(x):
+    import tensorflow as tf
+    return tf.constant(x)
+
+class q1:
+    def cases(rng):
+        return [1]
+    def observe(ns, case):
+        return 1
+    def judge(case, seen):
+        _want(case)
+'''
+    assert judge.needs_tensorflow(judged)
+    assert judge.needs_tensorflow("import keras\n")
+    assert not judge.needs_tensorflow("def broken(:")

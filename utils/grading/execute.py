@@ -1,0 +1,200 @@
+"""Run a list of code cells in a fresh kernel with one time limit, then kill the kernel and its children.
+
+:func:`run_cells` is the one place the grader starts a kernel. The kernel runs in a fresh temporary
+folder with the grader's environment plus what the course's setup cell would set, and with
+``GPUCOURSE_GRADING=1`` (``check()`` then skips its own run: the grader checks every item itself),
+a fresh IPython directory without input history, and no user site-packages.
+Errors in a cell do not stop the run: later cells may still define what is graded. When the last
+cell has run, or the time is up, or the kernel died, the kernel's whole process group and every
+process it started are killed, so nothing the submission left running (threads, ``atexit`` hooks,
+child processes) acts afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["Cell", "Execution", "kernel_env", "run_cells"]
+
+
+@dataclass
+class Cell:
+    label: str  # "grader setup", "cell 3", "grader checks": used in reasons
+    source: str
+    submission: bool = False  # errors in the submission's cells are listed in the report
+
+
+@dataclass
+class Execution:
+    status: str = "ok"  # ok | timeout | crashed | error
+    reason: str = ""
+    last_cell: str = ""  # label of the cell that was running when the run stopped
+    cell_errors: list[dict] = field(default_factory=list)
+    errors: dict = field(default_factory=dict)  # label -> "ename: evalue" for grader cells
+    stopped: bool = False  # the grader killed the kernel early (``stop`` was set: tampering seen)
+    seconds: float = 0.0
+    timings: dict = field(default_factory=dict)  # "kernel start", each grader cell, "submission": seconds
+    log_tail: str = ""
+
+
+def kernel_env(extra: dict | None = None) -> dict:
+    """The grader's environment, as the course's setup cell leaves it, for a graded kernel."""
+    env = dict(os.environ)
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    env.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")  # read when TensorFlow is imported (by the guard)
+    env["MPLBACKEND"] = "Agg"
+    env["GPUCOURSE_GRADING"] = "1"
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env["PYTHONNOUSERSITE"] = "1"  # no usercustomize.py or user .pth a previous submission could have left
+    env.pop("PYTEST_CURRENT_TEST", None)
+    env.update(extra or {})
+    return env
+
+
+def _kernel_cpu(client) -> float | None:
+    """CPU seconds the kernel and its children used so far (for the benchmark), or None."""
+    try:
+        import psutil
+
+        proc = psutil.Process(client.km.provisioner.pid)
+        total = sum(proc.cpu_times()[:2])
+        for child in proc.children(recursive=True):
+            total += sum(child.cpu_times()[:2])
+        return round(total, 2)
+    except Exception:  # noqa: BLE001 (diagnostics only)
+        return None
+
+
+def _kill(client) -> None:
+    """SIGKILL the kernel's process group and every process it started (also those in new sessions)."""
+    try:
+        import psutil
+    except ImportError:  # pragma: no cover - psutil is a dependency
+        psutil = None
+    prov = getattr(getattr(client, "km", None), "provisioner", None)
+    pid = getattr(prov, "pid", None)
+    pgid = getattr(prov, "pgid", None)
+    victims = []
+    if pid and psutil is not None:
+        try:
+            proc = psutil.Process(pid)
+            victims = [proc] + proc.children(recursive=True)
+        except psutil.Error:
+            victims = []
+    if pgid and hasattr(os, "killpg"):
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except OSError:
+            pass
+    for proc in victims:
+        try:
+            proc.kill()
+        except Exception:  # noqa: S110 (already gone)
+            pass
+
+
+def run_cells(cells: list[Cell], timeout: float, kernel_name: str = "python3", env: dict | None = None,
+              before_cell=None, grace_s: float = 1.0, stop: threading.Event | None = None) -> Execution:
+    """Execute ``cells`` in order in one fresh kernel within ``timeout`` seconds in all.
+
+    ``before_cell(index, cell)`` is called before each cell (the grader uses it to wait for the
+    guard's connection). When a cell times out or the kernel stops answering, the kernel lives
+    ``grace_s`` longer before it is killed. When ``stop`` is set (the guard reported tampering), the
+    kernel is killed ``grace_s`` later and the run ends as ``crashed`` with ``stopped`` set. Never raises for
+    what the cells do.
+    """
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellTimeoutError, DeadKernelError
+
+    run = Execution()
+    workdir = Path(tempfile.mkdtemp(prefix="gpucourse-grade-"))
+    env = dict(env or kernel_env())
+    # A fresh IPython directory: no startup files or history another submission could have written,
+    # and nothing of this one (its input history holds the grader's cells) for the next to read.
+    env["IPYTHONDIR"] = str(workdir / ".ipython")
+    log = workdir.with_suffix(".log")
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c.source) for c in cells])
+    nb.metadata["kernelspec"] = {"name": kernel_name, "display_name": "Python 3", "language": "python"}
+    client = NotebookClient(nb, timeout=timeout, kernel_name=kernel_name, allow_errors=True, startup_timeout=120,
+                            resources={"metadata": {"path": str(workdir)}},
+                            extra_arguments=["--HistoryManager.enabled=False"])
+    client.shutdown_kernel = "immediate"
+    t0 = time.monotonic()
+    deadline = t0 + timeout
+    index = 0
+    try:
+        with open(log, "wb") as log_fh, client.setup_kernel(env=env, stdout=log_fh, stderr=log_fh):
+            run.timings["kernel start"] = round(time.monotonic() - t0, 2)
+            done = threading.Event()
+
+            def stop_early():
+                while not done.is_set():
+                    if stop.wait(0.1):
+                        run.stopped = True
+                        time.sleep(grace_s)  # let the guard report the rest of what the same cell changed
+                        _kill(client)
+                        return
+
+            if stop is not None:
+                threading.Thread(target=stop_early, name="gpucourse-stop", daemon=True).start()
+            try:
+                for index, (cell, nb_cell) in enumerate(zip(cells, nb.cells)):
+                    started = time.monotonic()
+                    run.last_cell = cell.label
+                    if before_cell is not None:
+                        before_cell(index, cell)
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise CellTimeoutError(f"time limit of {timeout:g} s reached")
+                    client.timeout = max(1, int(left))
+                    client.execute_cell(nb_cell, index)
+                    label = "submission" if cell.submission else cell.label
+                    run.timings[label] = round(run.timings.get(label, 0) + time.monotonic() - started, 2)
+                    for out in nb_cell.get("outputs", []):
+                        if out.get("output_type") != "error":
+                            continue
+                        text = f"{out.get('ename')}: {out.get('evalue')}"
+                        if cell.submission:
+                            run.cell_errors.append({"cell": cell.label.split()[-1], "ename": out.get("ename"),
+                                                    "evalue": str(out.get("evalue"))[:300]})
+                        else:
+                            run.errors[cell.label] = text[:500]
+            except DeadKernelError:
+                raise
+            except BaseException:
+                if run.stopped:
+                    raise
+                time.sleep(grace_s)  # a hung or broken kernel: let the guard's watchdog report why
+                raise
+            finally:
+                done.set()
+                cpu = _kernel_cpu(client)
+                if cpu is not None:
+                    run.timings["kernel cpu"] = cpu
+                _kill(client)
+    except CellTimeoutError:
+        run.status = "timeout"
+        run.reason = f"{run.last_cell} was still running when the {timeout:g} s time limit ran out"
+    except DeadKernelError:
+        run.status = "crashed"
+        run.reason = f"the kernel died while running {run.last_cell} (out of memory, os._exit, a segfault...)"
+    except Exception as exc:  # the kernel failed to start, zmq trouble, ...
+        run.status = "error"
+        run.reason = f"grading failed in {run.last_cell or 'kernel start-up'}: {type(exc).__name__}: {exc}"[:500]
+    finally:
+        run.seconds = round(time.monotonic() - t0, 2)
+        try:
+            run.log_tail = log.read_text(errors="replace")[-2000:]
+        except OSError:
+            pass
+        shutil.rmtree(workdir, ignore_errors=True)
+        log.unlink(missing_ok=True)
+    return run

@@ -1,0 +1,269 @@
+"""The grader's side of each item: load the tests once per process, draw secret cases, judge observations.
+
+Everything here runs in the grader's own process, out of the submission's reach:
+
+* :func:`load_tests` builds each test file from the text read before the run, once per grader
+  process (a batch reuses its workers, so a judge's caches, e.g. lab 01's fresh-process probes,
+  survive from one submission to the next);
+* :func:`make_plan` draws every split item's cases with a seed from :mod:`secrets`, so the cases
+  differ from those of the learner's own ``check()`` and from one submission to the next;
+* :func:`judge` turns an observation into a verdict with the grader's copy of the item;
+* :func:`warm_up` imports TensorFlow in a background thread, while the kernel runs, when a judge
+  (or what it calls) imports it;
+* :func:`kernel_source` is the part of a test file the kernel needs: split items keep ``observe``
+  and what it uses, but lose ``cases`` and ``judge`` and every helper only those use, so a test's
+  reference code never enters the submission's kernel (not even in the notebook's input history).
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import hashlib
+import secrets
+import threading
+from dataclasses import dataclass, field
+
+from .items import ItemResult, ItemSpec, is_split, items_in, judge_item, load_test_source, make_cases
+
+__all__ = ["PlanEntry", "judge", "kernel_source", "load_tests", "make_plan", "needs_tensorflow", "warm_up"]
+
+_MODULES: dict[tuple[str, str], object] = {}
+_LOCK = threading.Lock()
+
+
+def load_tests(tests: list[tuple[str, str, str]]) -> list[tuple[str, str, object]]:
+    """``(source, path, module or the exception that loading raised)`` for each ``(source, path, text)``."""
+    out = []
+    for source, path, text in tests:
+        key = (path, hashlib.sha256(text.encode()).hexdigest())
+        with _LOCK:
+            module = _MODULES.get(key)
+            if module is None:
+                try:
+                    module = load_test_source(text, path)
+                    items_in(module)  # duplicate keys raise here, once
+                except Exception as exc:  # a broken test file is the instructor's problem, reported as such
+                    module = exc
+                _MODULES[key] = module
+        out.append((source, path, module))
+    return out
+
+
+@dataclass
+class PlanEntry:
+    source: str
+    key: str
+    spec: ItemSpec
+    obj: object
+    split: bool
+    cases: list | None = None
+    error: str = ""  # the grader could not draw cases (a bug in the test file)
+    row: dict = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return f"{self.source}:{self.key}"
+
+    def to_kernel(self) -> dict:
+        return {"source": self.source, "key": self.key, "split": self.split, "cases": self.cases}
+
+
+def make_plan(loaded: list[tuple[str, str, object]], seed: int | None = None) -> tuple[list[PlanEntry], list[str]]:
+    """Every item of every loaded test file, with fresh cases for split items; and load errors."""
+    rng = secrets.SystemRandom()
+    entries, errors = [], []
+    for source, path, module in loaded:
+        if isinstance(module, Exception):
+            errors.append(f"{path}: {type(module).__name__}: {module}")
+            continue
+        for spec, obj in items_in(module):
+            entry = PlanEntry(source, spec.key, spec, obj, is_split(obj))
+            if entry.split:
+                try:
+                    entry.cases = make_cases(obj, rng.getrandbits(64) if seed is None else seed)
+                except Exception as exc:
+                    entry.error = f"{type(exc).__name__}: {exc}"[:300]
+            entries.append(entry)
+    return entries, errors
+
+
+def row(entry: PlanEntry, result: ItemResult, trust: str) -> dict:
+    return result.to_dict() | {"source": entry.source, "trust": trust}
+
+
+def judge(entry: PlanEntry, payload: dict | None) -> dict:
+    """The item's row from what the kernel sent for it (``None``: nothing arrived)."""
+    spec = entry.spec
+    if entry.error:
+        return row(entry, ItemResult(spec.key, spec.title, 0, spec.points, "error",
+                                     f"The check could not build its test cases ({entry.error}). Tell your "
+                                     "instructor."), "split")
+    if not isinstance(payload, dict):
+        return row(entry, ItemResult(spec.key, spec.title, 0, spec.points, "error",
+                                     "The grader received no observation for this item (the run stopped first)."),
+                   "split" if entry.split else "inline")
+    if "error" in payload:
+        return row(entry, ItemResult(spec.key, spec.title, 0, spec.points, "error", str(payload["error"])[:500]),
+                   "split" if entry.split else "inline")
+    if entry.split:
+        return row(entry, judge_item(spec, entry.obj, entry.cases, payload.get("observed")), "split")
+    res = payload.get("result")
+    if not isinstance(res, dict) or res.get("status") not in ("pass", "fail", "todo", "error"):
+        return row(entry, ItemResult(spec.key, spec.title, 0, spec.points, "error",
+                                     "The grader received an unreadable result for this item."), "inline")
+    status = res["status"]
+    message = res.get("message", "") if isinstance(res.get("message", ""), str) else ""
+    # Points come from the grader's own spec, never from the kernel's row.
+    return row(entry, ItemResult(spec.key, spec.title, spec.points if status == "pass" else 0, spec.points,
+                                 status, message[:2000]), "inline")
+
+
+_TF_NAMES = ("tensorflow", "keras")
+
+
+def _imports_tf(node) -> bool:
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Import) and any(a.name.split(".")[0] in _TF_NAMES for a in sub.names):
+            return True
+        if isinstance(sub, ast.ImportFrom) and (sub.module or "").split(".")[0] in _TF_NAMES:
+            return True
+        if isinstance(sub, ast.ImportFrom) and sub.module == "gpucourse" and any(a.name == "_tf" for a in sub.names):
+            return True
+    return False
+
+
+@functools.lru_cache(maxsize=64)
+def needs_tensorflow(text: str) -> bool:
+    """True if the test file's ``cases``/``judge`` (or module code they call) import TensorFlow or Keras."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, SystemError):  # SystemError: CPython 3.11's AST builder used by two threads
+        return False
+    if any(_imports_tf(n) for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))):
+        return True
+    funcs = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    todo = []
+    for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
+        todo += [f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name in ("cases", "judge")]
+    seen = set()
+    while todo:
+        fn = todo.pop()
+        if id(fn) in seen:
+            continue
+        seen.add(id(fn))
+        if _imports_tf(fn):
+            return True
+        todo += [funcs[n.id] for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id in funcs]
+    return False
+
+
+_WARM = {"thread": None}
+
+
+def warm_up(texts: list[str]) -> threading.Thread | None:
+    """Import TensorFlow in a background thread, once per process, if a judge will need it."""
+    if _WARM["thread"] is not None or not any(needs_tensorflow(t) for t in texts):
+        return _WARM["thread"]
+
+    def load():
+        try:
+            import tensorflow  # noqa: F401
+        except Exception:  # noqa: S110 (the judge that needs it will report the problem)
+            pass
+
+    _WARM["thread"] = threading.Thread(target=load, name="gpucourse-warm-tf", daemon=True)
+    _WARM["thread"].start()
+    return _WARM["thread"]
+
+
+_GRADER_ONLY = ("cases", "judge")
+_STUB = "raise NotImplementedError('runs in the grader, not in the kernel')"
+
+
+def _is_item_class(node) -> bool:
+    if not isinstance(node, ast.ClassDef):
+        return False
+    names = {f.name for f in node.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    return {"cases", "observe", "judge"} <= names
+
+
+def _names(node) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+@functools.lru_cache(maxsize=64)
+def kernel_source(text: str) -> str:
+    """``text`` without what only the grader runs, with every kept line at its old line number.
+
+    The bodies of ``cases``/``judge`` of split items become a one-line stub, and module-level
+    functions, classes and assignments that nothing kept uses become blank lines. Imports, inline
+    items (plain ``fn(ns)``, judged in the kernel) and everything ``observe`` reaches stay. A file
+    that does not parse is returned as it is (the kernel reports the error).
+    """
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, SystemError):
+        return text
+    lines = text.splitlines()
+    blank: set[int] = set()  # 0-based line numbers to empty
+    stubs: dict[int, str] = {}  # 0-based line -> replacement
+    for node in tree.body:
+        if not _is_item_class(node):
+            continue
+        for fn in node.body:
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and fn.name in _GRADER_ONLY:
+                first, last = fn.body[0].lineno - 1, fn.end_lineno - 1
+                indent = lines[first][: len(lines[first]) - len(lines[first].lstrip())]
+                if fn.body[0].lineno == fn.lineno:  # a one-line `def judge(case, seen): ...`
+                    return text
+                blank |= set(range(first, last + 1))
+                stubs[first] = indent + _STUB
+    defined = {}
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defined[node.name] = node
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            for t in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                if isinstance(t, ast.Name):
+                    defined[t.id] = node
+    grader_only = {id(fn) for n in tree.body if _is_item_class(n) for fn in n.body
+                   if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and fn.name in _GRADER_ONLY}
+
+    def used(node) -> set[str]:
+        todo, out = [node], set()
+        while todo:
+            sub = todo.pop()
+            if id(sub) in grader_only:
+                continue
+            if isinstance(sub, ast.Name):
+                out.add(sub.id)
+            todo += list(ast.iter_child_nodes(sub))
+        return out
+
+    def is_inline(n) -> bool:
+        return isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
+            isinstance(d, ast.Call) and getattr(d.func, "id", getattr(d.func, "attr", "")) == "item"
+            for d in n.decorator_list)
+
+    def is_root(n) -> bool:
+        if _is_item_class(n) or is_inline(n):
+            return True
+        if isinstance(n, (ast.Assign, ast.AnnAssign)):
+            targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+            return any(not isinstance(t, ast.Name) or t.id in ("__all__", "ANSWER_HELPERS") for t in targets)
+        return not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+
+    keep, todo = set(), [n for n in tree.body if is_root(n)]
+    while todo:
+        node = todo.pop()
+        if id(node) in keep:
+            continue
+        keep.add(id(node))
+        todo += [defined[name] for name in used(node) if name in defined]
+    for node in tree.body:
+        if id(node) not in keep:
+            first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])]) - 1
+            blank |= set(range(first, node.end_lineno))
+    out = [stubs.get(i, "" if i in blank else line) for i, line in enumerate(lines)]
+    return "\n".join(out) + "\n"
