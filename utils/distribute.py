@@ -337,7 +337,9 @@ def make_step_runner(strategy, per_replica_batch: int = 64, steps: int = 5, feat
     The callable carries what the scaling model needs: ``.items`` (examples per
     call), ``.steps``, ``.params`` (trainable parameters) and
     ``.flops_per_replica_step`` (``6 * params * per_replica_batch``: 2 FLOPs per
-    parameter and example forward, 4 backward, the usual dense-layer count).
+    parameter and example forward, 4 backward, the usual dense-layer count), and
+    ``.step_graph()``, the traced graph of one replica's step on its own (call it
+    on a runner made under the default strategy, ``tf.distribute.get_strategy()``).
     """
     for name, v in (("per_replica_batch", per_replica_batch), ("steps", steps), ("features", features),
                     ("units", units)):
@@ -370,9 +372,15 @@ def make_step_runner(strategy, per_replica_batch: int = 64, steps: int = 5, feat
     def run():
         return run_steps(batches)
 
+    def step_graph():
+        """The traced graph of one replica's step alone (no strategy around it), e.g. to count its kernels."""
+        spec = (tf.TensorSpec((per_replica_batch, features)), tf.TensorSpec((per_replica_batch, 1)))
+        return tf.function(replica_step).get_concrete_function(*spec).graph
+
     run.items = gbs * steps
     run.steps = steps
     run.strategy = strategy
+    run.step_graph = step_graph
     run.params = int(sum(math.prod(w.shape) for w in model.trainable_weights))
     run.flops_per_replica_step = 6 * run.params * per_replica_batch
     return run
