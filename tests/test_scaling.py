@@ -73,6 +73,10 @@ def test_calibrate_recovers_overhead_and_rates_and_reproduces_the_measurement():
     assert p.compute_s == pytest.approx(0.5e-3) and p.allreduce_s == pytest.approx(2e-3)
     assert p.step_s == pytest.approx(4 * 1.5e-3 + 2e-3)
     assert "measured here" in prof.source
+    under_strategy = S.calibrate("here", params=100_000, per_replica_batch=64, step_s=1.5e-3, big_step_s=3e-3,
+                                 big_factor=4, allreduce_s={4: 2e-3}, bytes_per_step=400_000, shared=True,
+                                 replica_step_s=2.5e-3)
+    assert under_strategy.overhead_s == pytest.approx(2e-3)
 
 
 def test_count_kernels_skips_plumbing_ops():

@@ -299,30 +299,35 @@ def break_even_batch(profile: Profile, params: int, replicas: int, *, bytes_per_
 
 
 def calibrate(name: str, *, params: int, per_replica_batch: int, step_s: float, big_step_s: float,
-              big_factor: int, allreduce_s: Mapping[int, float], bytes_per_step: float, shared: bool) -> Profile:
+              big_factor: int, allreduce_s: Mapping[int, float], bytes_per_step: float, shared: bool,
+              replica_step_s: float | None = None) -> Profile:
     """A :class:`Profile` of *this* machine from timings measured side by side.
 
     Args:
         params, per_replica_batch: the measured model and batch.
-        step_s: one step on one device with the per-replica batch.
+        step_s: one step on one device (no strategy) with the per-replica batch.
         big_step_s: one step on one device with ``big_factor`` times that batch.
-            The difference is compute (it grows with the batch); the rest of
-            ``step_s`` is the fixed overhead.
+            The difference is compute (it grows with the batch).
         allreduce_s: ``{replicas: seconds}`` of the all-reduce alone; the largest
             count gives the bandwidth (its latency folded in).
         bytes_per_step: bytes all-reduced per step.
         shared: the replicas share the processor (logical devices).
+        replica_step_s: one replica's step under the strategy, if measured: the
+            overhead is this minus the compute (the strategy's own per-step work
+            included); default ``step_s``.
     """
     _validate.whole("big_factor", big_factor, minimum=2)
     for label, v in (("step_s", step_s), ("big_step_s", big_step_s)):
         _validate.seconds(label, v, allow_zero=False)
+    if replica_step_s is not None:
+        _validate.seconds("replica_step_s", replica_step_s, allow_zero=False)
     if not isinstance(allreduce_s, Mapping) or not allreduce_s:
         raise ValueError("allreduce_s must be a non-empty {replicas: seconds} dict")
     n = max(allreduce_s)
     _validate.whole("replica count", n, minimum=2, what="the largest key of allreduce_s")
     _validate.seconds(f"allreduce_s[{n}]", allreduce_s[n], allow_zero=False)
     compute = max((big_step_s - step_s) / (big_factor - 1), step_s * 1e-3)  # timing noise can make it ~0
-    overhead = max(step_s - compute, 0.0)
+    overhead = max((step_s if replica_step_s is None else replica_step_s) - compute, 0.0)
     bandwidth = 2 * (n - 1) / n * bytes_per_step / allreduce_s[n]
     return Profile(name, train_flops(params, per_replica_batch) / compute, bandwidth, 0.0, overhead, shared,
                    f"measured here: {step_s * 1e3:.3g} ms per step at batch {per_replica_batch}, "
