@@ -108,15 +108,13 @@ def test_list_checkpoints(tmp_path):
         multiworker.list_checkpoints(3)
 
 
-def test_killed_worker_resumes_from_the_last_checkpoint_with_the_same_weights(tmp_path):
-    """Reference run, a run whose worker 1 is SIGKILLed after step 5, then a restart: same final weights."""
-    kw = dict(steps=6, per_replica_batch=8, seed=3, gpu_ids=[], timeout=150)
-    ref = multiworker.launch_workers(2, **kw)
-    assert [r.index for r in ref] == [0, 1] and [r.chief for r in ref] == [True, False]
-    assert ref[0].num_replicas == ref[1].num_replicas == 2 and ref[0].cuda_visible_devices == "-1"
-    assert len(ref[0].losses) == 6 and ref[0].losses == ref[1].losses and ref[0].weights == ref[1].weights
-    assert ref[0].communication == "AUTO"  # MultiWorkerMirroredStrategy's default hint
+def test_killed_worker_restarts_from_the_chiefs_last_checkpoint(tmp_path):
+    """Worker 1 is SIGKILLed after step 5, then the job is restarted: it resumes from step 4, in lockstep.
 
+    (That the resumed weights equal those of an uninterrupted run is checked by notebook 04 under nbval:
+    one launch fewer here.)
+    """
+    kw = dict(steps=6, per_replica_batch=8, seed=3, gpu_ids=[], timeout=150)
     ckpt = tmp_path / "ckpt"
     with pytest.raises(multiworker.WorkerError, match=r"worker 1 was killed by SIGKILL after step 5") as err:
         multiworker.launch_workers(2, checkpoint_dir=ckpt, save_every=2, fail_worker=(1, 5), **kw)
@@ -124,9 +122,11 @@ def test_killed_worker_resumes_from_the_last_checkpoint_with_the_same_weights(tm
     assert multiworker.list_checkpoints(ckpt) == [2, 4]  # only the chief wrote here
 
     res = multiworker.launch_workers(2, checkpoint_dir=ckpt, save_every=2, **kw)
+    assert [r.index for r in res] == [0, 1] and [r.chief for r in res] == [True, False]
+    assert res[0].num_replicas == res[1].num_replicas == 2 and res[0].cuda_visible_devices == "-1"
+    assert res[0].communication == "AUTO"  # MultiWorkerMirroredStrategy's default hint
     assert [r.start_step for r in res] == [4, 4] and [r.saved for r in res] == [[6], [6]]
-    assert res[0].losses == pytest.approx(ref[0].losses[4:], rel=1e-6)
-    assert res[0].weights == pytest.approx(ref[0].weights, abs=1e-6)
+    assert len(res[0].losses) == 2 and res[0].losses == res[1].losses and res[0].weights == res[1].weights
     assert sorted(p.name for p in ckpt.iterdir() if p.name.startswith(".")) == []  # temp dirs removed
     assert multiworker.list_checkpoints(ckpt) == [4, 6]
 

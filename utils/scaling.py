@@ -241,8 +241,8 @@ def predict_step(compute_s: float, allreduce_s: float, replicas: int, *, overhea
         shared: the replicas share one processor (logical CPUs, virtual GPUs): their
             compute and overhead add up instead of running side by side.
         overlap: fraction of the all-reduce hidden behind the backward pass. Default
-            0: ``MirroredStrategy`` all-reduces in ``apply_gradients``, once every
-            gradient exists.
+            0: Keras 3's optimizer all-reduces every gradient in one call inside
+            ``apply_gradients``, once the backward pass has produced them all.
     """
     _validate.seconds("compute_s", compute_s)
     _validate.seconds("allreduce_s", allreduce_s)

@@ -80,7 +80,7 @@ class q1:
         fn = ns.function("global_batch")
         machine = len(distribute.strategy_devices())
         if "bad" in case:
-            return outcome(lambda: fn(_strategies()[-1], case["bad"]))
+            return outcome(lambda: fn(_all_devices_strategy(), case["bad"]))
         out = []
         for strategy in _strategies():
             got = fn(strategy, case["per"])
