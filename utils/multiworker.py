@@ -496,7 +496,11 @@ def _run_worker(steps: int, per_replica_batch: int, seed: int, mode: str, checkp
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m gpucourse.multiworker worker ...``: run one worker (reads ``TF_CONFIG``)."""
+    """``python -m gpucourse.multiworker worker ...``: run one worker (reads ``TF_CONFIG``).
+
+    Returns 2 for bad arguments or environment; after a run it prints its JSON
+    result and ends the process itself (``os._exit(0)``), see below.
+    """
     ap = argparse.ArgumentParser(prog="python -m gpucourse.multiworker",
                                  description="Run one MultiWorkerMirroredStrategy worker (needs TF_CONFIG).")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -523,7 +527,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     result = _run_worker(a.steps, a.per_replica_batch, a.seed, a.mode, a.checkpoint_dir, a.save_every,
                          a.fail_at_step)
     print(RESULT_MARK + json.dumps(result), flush=True)
-    return 0
+    sys.stderr.flush()
+    # Leave at once. At a normal exit TensorFlow's coordination service (started by the strategy) holds
+    # every task at a shutdown barrier for several seconds; training is over and every file is written.
+    os._exit(0)
 
 
 if __name__ == "__main__":
