@@ -1,8 +1,4 @@
-"""gpucourse.distribute: batch arithmetic, cross-device rules, cluster plumbing and real worker launches."""
-
-import json
-import socket
-import time
+"""gpucourse.distribute: batch arithmetic, uneven splits, cross-device rules, input sharding, work to time."""
 
 import pytest
 
@@ -10,7 +6,8 @@ from gpucourse import distribute
 
 
 def test_import_does_not_start_tensorflow(fresh_python):
-    out = fresh_python("import sys\nfrom gpucourse import distribute\nprint('tensorflow' in sys.modules)")
+    out = fresh_python("import sys\nfrom gpucourse import distribute, multiworker, scaling\n"
+                       "print('tensorflow' in sys.modules)")
     assert out.strip() == "False"
 
 
@@ -26,16 +23,33 @@ def test_batch_arithmetic():
 
 
 @pytest.mark.parametrize("call, exc, match", [
-    (lambda: distribute.global_batch_size(0, 2), ValueError, "per_replica"),
+    (lambda: distribute.global_batch_size(0, 2), ValueError, "per_replica must be >= 1, got 0"),
     (lambda: distribute.global_batch_size(8, 0), ValueError, "num_replicas"),
     (lambda: distribute.global_batch_size(8, "4"), TypeError, "strategy"),
+    (lambda: distribute.global_batch_size(2.0, 4), TypeError, "per_replica must be a whole number"),
     (lambda: distribute.per_replica_batch_size(10, 4), ValueError, "multiple of 4 such as 8 or 12"),
     (lambda: distribute.per_replica_batch_size(2, 4), ValueError, "such as 4"),
-    (lambda: distribute.per_replica_batch_size(True, 1), ValueError, "global_batch"),
+    (lambda: distribute.per_replica_batch_size(True, 1), TypeError, "global_batch"),
 ])
 def test_batch_bad_input(call, exc, match):
     with pytest.raises(exc, match=match):
         call()
+
+
+@pytest.mark.parametrize("batch, replicas, want", [
+    (8, 4, [2, 2, 2, 2]), (7, 4, [2, 2, 2, 1]), (13, 4, [4, 4, 4, 1]), (2, 4, [1, 1, 0, 0]),
+    (1, 4, [1, 0, 0, 0]), (0, 2, [0, 0]), (5, 1, [5]),
+])
+def test_replica_split(batch, replicas, want):
+    got = distribute.replica_split(batch, replicas)
+    assert got == want and sum(got) == batch
+
+
+def test_replica_split_bad_input():
+    with pytest.raises(ValueError, match="batch must be >= 0"):
+        distribute.replica_split(-1, 2)
+    with pytest.raises(TypeError, match="replicas"):
+        distribute.replica_split(4, 2.5)
 
 
 @pytest.mark.parametrize("devices, phys, logical, ops, impl", [
@@ -55,167 +69,86 @@ def test_expected_cross_device_ops_bad_input():
         distribute.expected_cross_device_ops("/device:CPU:0")
     with pytest.raises(TypeError, match="non-empty list"):
         distribute.expected_cross_device_ops([])
-    with pytest.raises(ValueError, match="physical_gpus"):
+    with pytest.raises(ValueError, match="physical_gpus must be >= 0"):
         distribute.expected_cross_device_ops(["/device:GPU:0"], -1)
+    with pytest.raises(TypeError, match="physical_gpus"):
+        distribute.expected_cross_device_ops(["/device:GPU:0"], 1.0)
 
 
-def test_rule_matches_live_strategies_and_strategies_coexist(fresh_python):
+def test_live_strategies_match_the_rules_and_coexist(fresh_python):
+    """One fresh process: the all-reduce rule, the uneven split and both runners, against live strategies."""
     out = fresh_python(
         "import tensorflow as tf\n"
         "from gpucourse import devices, distribute\n"
         "devices.setup_logical_devices(4, device_type='CPU')\n"
         "names = distribute.strategy_devices(device_type='CPU')\n"
-        "losses = []\n"
         "for k in (1, 2, 4):\n"
         "    s = distribute.mirrored_strategy(names[:k])\n"
         "    assert isinstance(s, tf.distribute.MirroredStrategy)\n"
         "    live, rule = distribute.cross_device_ops_of(s), distribute.expected_cross_device_ops(names[:k])\n"
-        "    print(k, s.num_replicas_in_sync, (live.ops, live.implementation) == (rule.ops, rule.implementation))\n"
         "    run = distribute.make_step_runner(s, per_replica_batch=8, steps=2, features=4, units=8)\n"
-        "    losses.append(float(run()))\n"
-        "    assert run.items == 8 * k * 2\n"
-        "print(all(l > 0 for l in losses))\n"
+        "    ar = distribute.make_allreduce_runner(s, run.params, steps=2)\n"
+        "    print(k, s.num_replicas_in_sync, (live.ops, live.implementation) == (rule.ops, rule.implementation),\n"
+        "          float(run()) > 0, run.items == 8 * k * 2, float(ar()) == 2.0 * k, ar.bytes_per_step == 4 * run.params)\n"
+        "s = distribute.mirrored_strategy(names)\n"
+        "x = tf.reshape(tf.range(14.0), (14, 1))\n"
+        "for b in (7, 13):\n"
+        "    sizes = [[int(t.shape[0]) for t in s.experimental_local_results(e)]\n"
+        "             for e in s.experimental_distribute_dataset(tf.data.Dataset.from_tensor_slices(x).batch(b))]\n"
+        "    want = [distribute.replica_split(n, 4) for n in (b, 14 - b)]\n"
+        "    print('split', b, sizes == want)\n"
+        "print('params', run.params == 4 * 8 + 8 + 8 * 8 + 8 + 8 + 1, run.flops_per_replica_step == 6 * run.params * 8)\n"
         "try:\n    distribute.strategy_devices(9)\nexcept ValueError as e:\n    print('too many:', 'setup_logical_devices' in str(e))\n")
-    assert out.split("\n")[:5] == ["1 1 True", "2 2 True", "4 4 True", "True", "too many: True"]
+    assert out.strip().split("\n") == ["1 1 True True True True True", "2 2 True True True True True",
+                                       "4 4 True True True True True", "split 7 True", "split 13 True",
+                                       "params True True", "too many: True"]
 
 
-def test_step_runner_and_strategy_bad_input():
+def test_auto_shard_policies(tmp_path):
+    import tensorflow as tf  # tf.data only: no device configuration in this test file
+
+    def write(name, values):
+        path = str(tmp_path / name)
+        with tf.io.TFRecordWriter(path) as w:
+            for v in values:
+                w.write(str(v).encode())
+        return path
+
+    def reader(files):
+        return tf.data.Dataset.from_tensor_slices(files).interleave(tf.data.TFRecordDataset, cycle_length=1)
+
+    four = [write(f"part{i}", range(10 * i, 10 * i + 2)) for i in range(4)]
+    got = {p: [sorted(int(v) for v in distribute.auto_shard(reader(four), 2, w, p)) for w in range(2)]
+           for p in ("FILE", "DATA", "OFF", "AUTO")}
+    assert got["FILE"] == got["AUTO"] == [[0, 1, 20, 21], [10, 11, 30, 31]]  # whole files per worker
+    assert got["DATA"] == [[0, 10, 20, 30], [1, 11, 21, 31]]  # every other record of every file
+    assert got["OFF"] == [[0, 1, 10, 11, 20, 21, 30, 31]] * 2  # duplicates
+    one = [write("all", range(6))]
+    with pytest.raises(tf.errors.InvalidArgumentError, match="Could not apply FILE based sharding"):
+        distribute.auto_shard(reader(one), 2, 0, "AUTO")
+    assert sorted(int(v) for v in distribute.auto_shard(reader(one), 2, 1, "DATA")) == [1, 3, 5]
+    assert distribute.auto_shard(tf.data.Dataset.range(6), 3, 2, "AUTO") == [2, 5]  # no reader: DATA
+
+
+def test_auto_shard_bad_input():
+    with pytest.raises(ValueError, match="policy must be one of"):
+        distribute.auto_shard(None, 2, 0, "FILES")
+    with pytest.raises(ValueError, match="index must be <= 1"):
+        distribute.auto_shard(None, 2, 2)
+    with pytest.raises(TypeError, match="tf.data.Dataset"):
+        distribute.auto_shard([1, 2], 2, 0)
+
+
+def test_runners_and_strategy_bad_input():
     with pytest.raises(TypeError, match="strategy"):
         distribute.make_step_runner("not a strategy")
     with pytest.raises(ValueError, match="steps"):
         distribute.make_step_runner(object(), steps=0)
+    with pytest.raises(TypeError, match="strategy"):
+        distribute.make_allreduce_runner(object(), 10)
     with pytest.raises(TypeError, match="devices"):
         distribute.mirrored_strategy("/device:CPU:0")
     with pytest.raises(TypeError, match="strategy"):
         distribute.cross_device_ops_of(42)
-    with pytest.raises(ValueError, match="device_type"):
+    with pytest.raises(ValueError, match="device_type must be one of"):
         distribute.strategy_devices(device_type="TPU")
-
-
-def test_scaling_rows_and_table():
-    rows = distribute.scaling_rows({4: 300.0, 1: 100.0, 2: 180.0})
-    assert [r["replicas"] for r in rows] == [1, 2, 4]
-    assert [r["ideal"] for r in rows] == [1, 2, 4]
-    assert rows[1]["speedup"] == pytest.approx(1.8) and rows[2]["efficiency"] == pytest.approx(0.75)
-    text = distribute.scaling_table(rows)
-    assert "efficiency" in text and "75%" in text and "4.00x" in text
-    for bad in ({}, {0: 1.0}, {1: -3.0}, {1: float("nan")}, [1, 2]):
-        with pytest.raises(ValueError):
-            distribute.scaling_rows(bad)
-    with pytest.raises(ValueError, match="scaling_rows"):
-        distribute.scaling_table([{"replicas": 1}])
-
-
-def test_free_ports_are_distinct_and_bindable():
-    ports = distribute.free_ports(3)
-    assert len(set(ports)) == 3
-    for p in ports:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", p))
-    with pytest.raises(ValueError, match="loopback"):
-        distribute.free_ports(1, host="0.0.0.0")
-    with pytest.raises(ValueError, match="n must be"):
-        distribute.free_ports(0)
-
-
-def test_tf_config_is_read_by_tensorflow():
-    text = distribute.tf_config([2222, 3333], 1)
-    assert json.loads(text) == {"cluster": {"worker": ["127.0.0.1:2222", "127.0.0.1:3333"]},
-                                "task": {"type": "worker", "index": 1}}
-    import os
-
-    import tensorflow as tf  # only parses TF_CONFIG: does not start the runtime
-
-    saved = os.environ.get("TF_CONFIG")
-    os.environ["TF_CONFIG"] = text
-    try:
-        r = tf.distribute.cluster_resolver.TFConfigClusterResolver()
-        assert (r.cluster_spec().as_dict()["worker"], r.task_type, r.task_id) == (
-            ["127.0.0.1:2222", "127.0.0.1:3333"], "worker", 1)
-    finally:
-        os.environ.pop("TF_CONFIG") if saved is None else os.environ.__setitem__("TF_CONFIG", saved)
-
-
-@pytest.mark.parametrize("ports, index, exc, match", [
-    ([2222, 2222], 0, ValueError, "distinct"),
-    ([2222, 3333], 2, ValueError, "index"),
-    ([2222, 3333], -1, ValueError, "index"),
-    ([0, 3333], 0, ValueError, "port"),
-    ("2222", 0, TypeError, "ports"),
-    ([], 0, TypeError, "ports"),
-])
-def test_tf_config_bad_input(ports, index, exc, match):
-    with pytest.raises(exc, match=match):
-        distribute.tf_config(ports, index)
-
-
-@pytest.mark.parametrize("value, physical, want", [
-    (None, 3, [0, 1, 2]), ("", 3, []), ("-1", 3, []), ("2,0", 4, [2, 0]), ("0,7,1", 4, [0]), ("GPU-abc", 2, []),
-])
-def test_visible_gpu_ids(value, physical, want):
-    assert distribute.visible_gpu_ids(value, physical) == want
-
-
-@pytest.mark.parametrize("workers, gpus, want", [
-    (2, [0, 1, 2, 3], ["0,1", "2,3"]), (2, [0, 1, 2], ["0", "1"]), (2, [0], ["-1", "-1"]),
-    (3, [], ["-1"] * 3), (1, [2, 3], ["2,3"]), (2, [3, 1], ["3", "1"]),
-])
-def test_gpu_assignments_never_share_a_gpu(workers, gpus, want):
-    got = distribute.gpu_assignments(workers, gpus)
-    assert got == want
-    used = [g for s in got if s != "-1" for g in s.split(",")]
-    assert len(used) == len(set(used))
-
-
-def test_gpu_helpers_bad_input():
-    with pytest.raises(ValueError, match="distinct"):
-        distribute.gpu_assignments(2, [0, 0])
-    with pytest.raises(TypeError, match="gpu_ids"):
-        distribute.gpu_assignments(2, "0,1")
-    with pytest.raises(ValueError, match="num_workers"):
-        distribute.gpu_assignments(0, [0])
-    with pytest.raises(TypeError):
-        distribute.visible_gpu_ids(0, 2)
-
-
-@pytest.mark.parametrize("kwargs, match", [
-    ({"num_workers": 0}, "num_workers"), ({"timeout": 0}, "timeout"), ({"mode": "keras"}, "mode"),
-    ({"only": [2]}, "only"), ({"only": []}, "only"), ({"steps": 0}, "steps"),
-])
-def test_launch_bad_input_starts_nothing(kwargs, match):
-    with pytest.raises(ValueError, match=match):
-        distribute.launch_workers(**kwargs)
-
-
-def test_two_workers_train_in_lockstep():
-    results = distribute.launch_workers(2, steps=3, per_replica_batch=8, timeout=150, gpu_ids=[])
-    assert [r.index for r in results] == [0, 1]
-    a, b = results
-    assert a.num_replicas == b.num_replicas == 2
-    assert len(a.losses) == 3 and a.losses == b.losses
-    assert a.weights_checksum == pytest.approx(b.weights_checksum)
-    assert a.cuda_visible_devices == "-1"
-
-
-def test_missing_peer_is_killed_after_timeout():
-    t0 = time.monotonic()
-    with pytest.raises(distribute.WorkerTimeout, match=r"worker\(s\) \[0\] still running .* \[1\] were never started") as err:
-        distribute.launch_workers(2, only=[0], timeout=4, gpu_ids=[])
-    assert err.value.worker == 0
-    assert time.monotonic() - t0 < 4 + 15  # killed, not left waiting for its peer
-
-
-def test_worker_error_names_the_failing_worker():
-    # A TF_CONFIG that is not JSON makes MultiWorkerMirroredStrategy() raise in every worker.
-    with pytest.raises(distribute.WorkerError, match=r"worker \d failed with exit code 2") as err:
-        distribute.launch_workers(2, steps=2, timeout=150, gpu_ids=[], extra_env={"TF_CONFIG": "{not json"})
-    assert err.value.worker in (0, 1) and "bad TF_CONFIG" in err.value.log
-
-
-def test_worker_cli_without_tf_config():
-    import subprocess
-    import sys
-
-    proc = subprocess.run([sys.executable, "-m", "gpucourse.distribute", "worker"], capture_output=True, text=True,
-                          env={"PATH": "/usr/bin:/bin"}, timeout=60)
-    assert proc.returncode == 2 and "TF_CONFIG is not set" in proc.stderr

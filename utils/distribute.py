@@ -1,88 +1,55 @@
-"""Topic 04: MirroredStrategy on one machine, MultiWorkerMirroredStrategy across processes.
+"""Topic 04, one process: what a data-parallel training step needs under ``MirroredStrategy``.
 
-Four jobs:
+Four parts of that one job:
 
 * **Batch arithmetic.** :func:`global_batch_size` and :func:`per_replica_batch_size`
-  convert between what one replica sees and what one step consumes, with
-  errors that say what went wrong.
+  convert between what one replica sees and what one step consumes;
+  :func:`replica_split` states how TensorFlow splits a batch that does not
+  divide evenly (the last, partial batch of an epoch), which is why a custom
+  loop divides by the *global* batch size.
 * **Which devices, which all-reduce.** :func:`strategy_devices` picks the
-  devices a ``MirroredStrategy`` should mirror over (GPUs, else logical CPUs),
+  devices to mirror over (GPUs, else logical CPUs), :func:`mirrored_strategy`
+  makes strategies that can live side by side in one process,
   :func:`expected_cross_device_ops` states the rule TensorFlow 2.21 applies to
-  choose the cross-device ops, and :func:`cross_device_ops_of` reads what a
-  live strategy actually chose.
-* **Scaling measurements.** :func:`make_step_runner` builds a fixed amount of
-  training work for a strategy, so :func:`gpucourse.timing.compare` can time
-  several replica counts side by side; :func:`scaling_rows` turns the timings
-  into throughput, speedup and the ideal linear speedup next to it.
-* **Real multi-worker training.** :func:`free_ports`, :func:`tf_config`,
-  :func:`gpu_assignments` and :func:`launch_workers` start N worker processes on
-  127.0.0.1, each running ``python -m gpucourse.distribute worker`` (a custom
-  training loop under ``MultiWorkerMirroredStrategy``), and collect each
-  worker's JSON result. Every launch has a timeout: a worker whose peer never
-  comes up waits forever, so on timeout or error every worker is killed and a
-  :class:`WorkerError` names the worker that failed or hung.
+  choose the all-reduce, and :func:`cross_device_ops_of` reads what a live
+  strategy chose.
+* **Input sharding across workers.** :func:`auto_shard` applies the very rewrite
+  ``MultiWorkerMirroredStrategy`` applies to each worker's dataset (FILE, DATA,
+  AUTO or OFF), in this process, so you can see what every worker would read.
+* **Work to time.** :func:`make_step_runner` builds a fixed amount of training
+  work under a strategy, and :func:`make_allreduce_runner` the all-reduce of one
+  step's gradients alone, for :func:`gpucourse.timing.compare` and the scaling
+  model in :mod:`gpucourse.scaling`.
 
-Importing this module never imports TensorFlow: the TensorFlow parts are
-imported inside the functions that need them.
+Real worker processes (``TF_CONFIG``, launching, checkpoint and restart) live in
+:mod:`gpucourse.multiworker`. Importing this module never imports TensorFlow.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
-import os
-import re
-import socket
-import subprocess
-import sys
-import tempfile
-import time
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Sequence
+
+from . import _tf, _validate
 
 __all__ = [
     "CrossDeviceChoice",
-    "LOOPBACK",
-    "WorkerError",
-    "WorkerResult",
-    "WorkerTimeout",
+    "SHARD_POLICIES",
+    "auto_shard",
     "cross_device_ops_of",
     "expected_cross_device_ops",
-    "free_ports",
     "global_batch_size",
-    "gpu_assignments",
-    "launch_workers",
-    "main",
+    "make_allreduce_runner",
     "make_step_runner",
     "mirrored_strategy",
     "per_replica_batch_size",
-    "scaling_rows",
-    "scaling_table",
+    "replica_split",
     "strategy_devices",
-    "tf_config",
-    "visible_gpu_ids",
 ]
 
-#: The only address the course binds to or connects to.
-LOOPBACK = "127.0.0.1"
-#: Marker in a worker's stdout in front of its JSON result.
-RESULT_MARK = "GPUCOURSE_RESULT "
-#: Default seconds :func:`launch_workers` waits for all workers to finish.
-DEFAULT_TIMEOUT_S = 90.0
-
-
-def _tf():
-    import tensorflow as tf  # imported lazily: importing gpucourse must stay cheap
-
-    return tf
-
-
-def _positive_int(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
-    return value
+#: ``tf.data.experimental.AutoShardPolicy`` names :func:`auto_shard` accepts.
+SHARD_POLICIES = ("AUTO", "FILE", "DATA", "OFF")
 
 
 # --------------------------------------------------------------------------- batch arithmetic
@@ -94,8 +61,8 @@ def _replicas_of(strategy_or_n) -> int:
         return int(strategy_or_n.num_replicas_in_sync)
     if isinstance(strategy_or_n, bool) or not isinstance(strategy_or_n, int):
         raise TypeError("expected a tf.distribute strategy or a whole number of replicas, "
-                        f"got {type(strategy_or_n).__name__}")
-    return _positive_int("num_replicas", strategy_or_n)
+                        f"got {strategy_or_n!r} of type {type(strategy_or_n).__name__}")
+    return _validate.whole("num_replicas", strategy_or_n)
 
 
 def global_batch_size(per_replica: int, strategy_or_replicas) -> int:
@@ -106,7 +73,7 @@ def global_batch_size(per_replica: int, strategy_or_replicas) -> int:
         strategy_or_replicas: a strategy (its ``num_replicas_in_sync`` is used)
             or the number of replicas.
     """
-    _positive_int("per_replica", per_replica)
+    _validate.whole("per_replica", per_replica, what="examples per replica per step")
     return per_replica * _replicas_of(strategy_or_replicas)
 
 
@@ -114,16 +81,32 @@ def per_replica_batch_size(global_batch: int, strategy_or_replicas) -> int:
     """Examples each replica gets when a step consumes ``global_batch``.
 
     Raises ``ValueError`` when the global batch does not split evenly: the last
-    replicas would get smaller batches, and a loss averaged per replica would
-    then weight examples unequally.
+    replicas would get smaller batches (see :func:`replica_split`), and a loss
+    averaged per replica would then weight examples unequally.
     """
-    _positive_int("global_batch", global_batch)
+    _validate.whole("global_batch", global_batch, what="examples per step")
     n = _replicas_of(strategy_or_replicas)
     if global_batch % n:
         lower, upper = (global_batch // n) * n, (global_batch // n + 1) * n
         raise ValueError(f"global batch {global_batch} does not split evenly over {n} replicas; "
                          f"use a multiple of {n} such as {lower or upper} or {upper}")
     return global_batch // n
+
+
+def replica_split(batch: int, replicas: int) -> list[int]:
+    """How many examples each replica gets when a batch of ``batch`` is split over ``replicas``.
+
+    TensorFlow 2.21's rebatching gives each replica ``ceil(batch / replicas)``
+    examples, in replica order, until the batch runs out: 7 over 4 replicas is
+    ``[2, 2, 2, 1]`` and a final partial batch of 2 is ``[1, 1, 0, 0]``. A
+    replica may get no example at all; its loss must then add nothing, which
+    ``tf.nn.compute_average_loss(..., global_batch_size=...)`` guarantees and a
+    per-replica ``reduce_mean`` does not (the mean of nothing is NaN).
+    """
+    _validate.whole("batch", batch, minimum=0, what="examples in the batch")
+    _validate.whole("replicas", replicas, what="replicas in sync")
+    per = -(-batch // replicas)
+    return [max(0, min(per, batch - i * per)) for i in range(replicas)]
 
 
 # --------------------------------------------------------------------------- devices and cross-device ops
@@ -142,16 +125,25 @@ def strategy_devices(n: int | None = None, device_type: str | None = None) -> li
         device_type: ``"GPU"`` or ``"CPU"`` to force one.
     """
     if n is not None:
-        _positive_int("n", n)
-    if device_type not in (None, "CPU", "GPU"):
-        raise ValueError(f"device_type must be 'CPU', 'GPU' or None, got {device_type!r}")
-    tf = _tf()
+        _validate.whole("n", n, what="how many devices")
+    if device_type is not None:
+        _validate.one_of("device_type", device_type, ("CPU", "GPU"))
+    tf = _tf.tf()
     kind = device_type or ("GPU" if tf.config.list_logical_devices("GPU") else "CPU")
     names = [d.name for d in tf.config.list_logical_devices(kind)]
     if n is not None and n > len(names):
-        raise ValueError(f"asked for {n} {kind} devices but only {len(names)} exist ({', '.join(names) or 'none'}); "
-                         "split the device first with gpucourse.devices.setup_logical_devices(n)")
+        raise ValueError(f"asked for n={n} {kind} devices but only {len(names)} exist "
+                         f"({', '.join(names) or 'none'}); split the device first with "
+                         "gpucourse.devices.setup_logical_devices(n)")
     return names[:n] if n is not None else names
+
+
+def _device_list(name: str, devices) -> list[str]:
+    if (isinstance(devices, str) or not isinstance(devices, Sequence) or not devices
+            or not all(isinstance(d, str) for d in devices)):
+        raise TypeError(f"{name} must be a non-empty list of device names like ['/device:CPU:0', "
+                        f"'/device:CPU:1'], got {devices!r}")
+    return list(devices)
 
 
 _key_base = 0
@@ -179,11 +171,10 @@ def mirrored_strategy(devices: Sequence[str] | None = None, cross_device_ops=Non
             :func:`expected_cross_device_ops`).
     """
     global _key_base
-    if devices is not None and (isinstance(devices, str) or not isinstance(devices, Sequence) or not devices
-                                or not all(isinstance(d, str) for d in devices)):
-        raise TypeError(f"devices must be a non-empty list of device names, got {devices!r}")
-    tf = _tf()
-    devices = list(devices) if devices is not None else strategy_devices()
+    if devices is not None:
+        devices = _device_list("devices", devices)
+    tf = _tf.tf()
+    devices = devices if devices is not None else strategy_devices()
     _key_base += 100_000
     cls = type("MirroredStrategy", (tf.distribute.MirroredStrategy,), {"_collective_key_base": _key_base})
     return cls(devices, cross_device_ops=cross_device_ops)
@@ -212,12 +203,15 @@ def expected_cross_device_ops(devices: Sequence[str], physical_gpus: int = 0,
                               logical_gpus: int | None = None) -> CrossDeviceChoice:
     """The default all-reduce ``tf.distribute.MirroredStrategy(devices)`` picks in TF 2.21 (eager).
 
-    The rule, from ``mirrored_strategy.py``:
+    The rule, from ``mirrored_strategy.py`` (``_make_collective_ops_with_fallbacks``):
 
     * a mix of CPUs and GPUs: ``ReductionToOneDevice`` (copy to one device, add, copy back);
     * CPUs only: ``CollectiveAllReduce`` with the ``RING`` implementation;
     * GPUs, but split into more virtual GPUs than physical ones: ``RING``;
     * real GPUs only: ``CollectiveAllReduce`` with ``NCCL``. NCCL has GPU kernels only.
+
+    (``MultiWorkerMirroredStrategy`` is different: its default ``AUTO`` becomes
+    ``RING`` unless you ask for ``NCCL``, see :mod:`gpucourse.multiworker`.)
 
     Args:
         devices: device names as given to the strategy (e.g. ``'/device:GPU:0'``).
@@ -225,13 +219,10 @@ def expected_cross_device_ops(devices: Sequence[str], physical_gpus: int = 0,
         logical_gpus: GPUs in ``tf.config.list_logical_devices('GPU')``
             (default: same as physical, i.e. not split).
     """
-    if isinstance(devices, str) or not isinstance(devices, Sequence) or not devices:
-        raise TypeError("devices must be a non-empty list of device names like ['/device:CPU:0', '/device:CPU:1']")
-    if not all(isinstance(d, str) for d in devices):
-        raise TypeError(f"devices must be device-name strings, got {[type(d).__name__ for d in devices]}")
-    for name, v in (("physical_gpus", physical_gpus), ("logical_gpus", logical_gpus)):
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
-            raise ValueError(f"{name} must be a whole number >= 0, got {v!r}")
+    devices = _device_list("devices", devices)
+    _validate.whole("physical_gpus", physical_gpus, minimum=0)
+    if logical_gpus is not None:
+        _validate.whole("logical_gpus", logical_gpus, minimum=0)
     logical_gpus = physical_gpus if logical_gpus is None else logical_gpus
     lower = [d.lower() for d in devices]
     has_cpu = any("cpu" in d for d in lower)
@@ -248,12 +239,11 @@ def expected_cross_device_ops(devices: Sequence[str], physical_gpus: int = 0,
 def cross_device_ops_of(strategy) -> CrossDeviceChoice:
     """What a live ``MirroredStrategy`` actually uses to all-reduce (reads its private state).
 
-    Falls back to the class name alone if a future TensorFlow renames the
-    private attributes.
+    Falls back to ``'unknown'`` if a future TensorFlow renames the private attributes.
     """
     ext = getattr(strategy, "extended", None)
     if ext is None:
-        raise TypeError(f"expected a tf.distribute strategy, got {type(strategy).__name__}")
+        raise TypeError(f"strategy must be a tf.distribute strategy, got {type(strategy).__name__}")
     ops = getattr(ext, "_cross_device_ops", None) or getattr(ext, "_collective_ops", None)
     if ops is None:
         return CrossDeviceChoice("unknown", None, "this TensorFlow version stores it elsewhere")
@@ -266,7 +256,47 @@ def cross_device_ops_of(strategy) -> CrossDeviceChoice:
     return CrossDeviceChoice(type(ops).__name__, impl)
 
 
-# --------------------------------------------------------------------------- scaling
+# --------------------------------------------------------------------------- input sharding
+
+
+def auto_shard(dataset, num_workers: int, index: int, policy: str = "AUTO", replicas: int | None = None) -> list:
+    """What worker ``index`` of ``num_workers`` would read from ``dataset`` under ``policy``.
+
+    ``MultiWorkerMirroredStrategy.experimental_distribute_dataset`` rewrites
+    each worker's copy of the dataset according to
+    ``options.experimental_distribute.auto_shard_policy``; this applies the same
+    rewrite (TensorFlow's internal ``input_ops.auto_shard_dataset``, which the
+    strategy calls) in this process and returns the worker's elements:
+
+    * ``FILE``: each worker reads only its share of the *files* (found by walking
+      up to the reader dataset). Fewer files than workers is an error.
+    * ``DATA``: every worker reads everything and keeps every ``num_workers``-th
+      element: correct for any source, but each worker does all the reading.
+    * ``AUTO`` (default): ``FILE`` if there is a file reader, else ``DATA``. With
+      a reader but a single file it does **not** fall back: it fails like ``FILE``.
+    * ``OFF``: no sharding; every worker sees every element (duplicates).
+
+    Returns the list of elements (as NumPy values). A dataset TensorFlow cannot
+    shard this way raises TensorFlow's own error.
+    """
+    _validate.whole("num_workers", num_workers)
+    _validate.whole("index", index, minimum=0, maximum=num_workers - 1, what="this worker's index")
+    _validate.one_of("policy", policy, SHARD_POLICIES)
+    if replicas is not None:
+        _validate.whole("replicas", replicas)
+    tf = _tf.tf()
+    if not isinstance(dataset, tf.data.Dataset):
+        raise TypeError(f"dataset must be a tf.data.Dataset, got {type(dataset).__name__}")
+    from tensorflow.python.distribute import input_ops  # the function the strategy itself calls
+
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = getattr(tf.data.experimental.AutoShardPolicy, policy)
+    sharded = input_ops.auto_shard_dataset(dataset.with_options(options), num_workers, index,
+                                           replicas or num_workers)
+    return list(sharded.as_numpy_iterator())
+
+
+# --------------------------------------------------------------------------- work to time
 
 
 def _mse_replica_step(model, optimizer, global_batch: int):
@@ -276,7 +306,7 @@ def _mse_replica_step(model, optimizer, global_batch: int):
     replicas' losses (and their gradients, which the strategy all-reduces) gives
     the same update as one device training on the whole batch.
     """
-    tf = _tf()
+    tf = _tf.tf()
 
     def replica_step(xb, yb):
         with tf.GradientTape() as tape:
@@ -289,6 +319,11 @@ def _mse_replica_step(model, optimizer, global_batch: int):
     return replica_step
 
 
+def _check_strategy(strategy) -> None:
+    if not hasattr(strategy, "run") or not hasattr(strategy, "num_replicas_in_sync"):
+        raise TypeError(f"strategy must be a tf.distribute strategy, got {type(strategy).__name__}")
+
+
 def make_step_runner(strategy, per_replica_batch: int = 64, steps: int = 5, features: int = 64,
                      units: int = 256, seed: int = 0):
     """A zero-argument callable that runs ``steps`` training steps of a small MLP under ``strategy``.
@@ -297,16 +332,21 @@ def make_step_runner(strategy, per_replica_batch: int = 64, steps: int = 5, feat
     trains on ``N * per_replica_batch`` examples. The model, optimizer and a
     distributed dataset are built once; each call runs ``steps`` steps inside
     one ``tf.function`` and returns the last loss (a tensor, so
-    :mod:`gpucourse.timing` can wait for it). The callable has ``.items``, the
-    examples per call, for throughput.
+    :mod:`gpucourse.timing` can wait for it).
+
+    The callable carries what the scaling model needs: ``.items`` (examples per
+    call), ``.steps``, ``.params`` (trainable parameters) and
+    ``.flops_per_replica_step`` (``6 * params * per_replica_batch``: 2 FLOPs per
+    parameter and example forward, 4 backward, the usual dense-layer count), and
+    ``.step_graph()``, the traced graph of one replica's step on its own (call it
+    on a runner made under the default strategy, ``tf.distribute.get_strategy()``).
     """
     for name, v in (("per_replica_batch", per_replica_batch), ("steps", steps), ("features", features),
                     ("units", units)):
-        _positive_int(name, v)
-    if not hasattr(strategy, "run") or not hasattr(strategy, "num_replicas_in_sync"):
-        raise TypeError(f"strategy must be a tf.distribute strategy, got {type(strategy).__name__}")
-    tf = _tf()
-    import keras
+        _validate.whole(name, v)
+    _validate.whole("seed", seed, minimum=None)
+    _check_strategy(strategy)
+    tf, keras = _tf.tf(), _tf.keras()
 
     gbs = global_batch_size(per_replica_batch, strategy)
     rng = tf.random.Generator.from_seed(seed)
@@ -332,386 +372,49 @@ def make_step_runner(strategy, per_replica_batch: int = 64, steps: int = 5, feat
     def run():
         return run_steps(batches)
 
+    def step_graph():
+        """The traced graph of one replica's step alone (no strategy around it), e.g. to count its kernels."""
+        spec = (tf.TensorSpec((per_replica_batch, features)), tf.TensorSpec((per_replica_batch, 1)))
+        return tf.function(replica_step).get_concrete_function(*spec).graph
+
     run.items = gbs * steps
+    run.steps = steps
     run.strategy = strategy
+    run.step_graph = step_graph
+    run.params = int(sum(math.prod(w.shape) for w in model.trainable_weights))
+    run.flops_per_replica_step = 6 * run.params * per_replica_batch
     return run
 
 
-def scaling_rows(throughputs: Mapping[int, float]) -> list[dict]:
-    """Throughput per replica count -> rows with speedup over the smallest count and the ideal next to it.
+def make_allreduce_runner(strategy, num_floats: int, steps: int = 5):
+    """A zero-argument callable that all-reduces ``num_floats`` float32s ``steps`` times, and nothing else.
 
-    Args:
-        throughputs: ``{replicas: examples per second}``.
-
-    Returns:
-        One dict per replica count, ascending: ``replicas``, ``throughput``,
-        ``speedup`` (vs the smallest count), ``ideal`` (linear scaling) and
-        ``efficiency`` (speedup / ideal).
+    That is the communication of ``steps`` training steps of a model with
+    ``num_floats`` parameters (its gradients are summed over the replicas once
+    per step), without the compute: time it next to :func:`make_step_runner`
+    to get the two numbers :mod:`gpucourse.scaling` needs. ``.bytes_per_step``
+    is ``4 * num_floats``.
     """
-    if not isinstance(throughputs, Mapping) or not throughputs:
-        raise ValueError("throughputs must be a non-empty {replicas: examples_per_second} dict")
-    for k, v in throughputs.items():
-        _positive_int("replica count", k)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or math.isinf(v):
-            raise ValueError(f"throughput for {k} replicas must be a positive number, got {v!r}")
-    base_n = min(throughputs)
-    base = throughputs[base_n]
-    rows = []
-    for n in sorted(throughputs):
-        speedup = throughputs[n] / base
-        ideal = n / base_n
-        rows.append({"replicas": n, "throughput": throughputs[n], "speedup": speedup, "ideal": ideal,
-                     "efficiency": speedup / ideal})
-    return rows
-
-
-def scaling_table(rows: Sequence[dict]) -> str:
-    """Plain-text table of :func:`scaling_rows`: measured speedup with the ideal right next to it."""
-    if not rows or not all(isinstance(r, dict) and {"replicas", "throughput", "speedup", "ideal", "efficiency"} <= set(r)
-                           for r in rows):
-        raise ValueError("rows must be the non-empty list that scaling_rows() returns")
-    lines = [("replicas", "examples/s", "speedup", "ideal", "efficiency")]
-    lines += [(str(r["replicas"]), f"{r['throughput']:,.0f}", f"{r['speedup']:.2f}x", f"{r['ideal']:.2f}x",
-               f"{r['efficiency']:.0%}") for r in rows]
-    widths = [max(len(row[i]) for row in lines) for i in range(5)]
-    return "\n".join("  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in lines)
-
-
-# --------------------------------------------------------------------------- cluster plumbing
-
-
-def free_ports(n: int = 1, host: str = LOOPBACK) -> list[int]:
-    """``n`` distinct TCP ports that are free right now on ``host`` (the OS picks them: bind to port 0).
-
-    All sockets stay open until every port is chosen, so the ports differ.
-    Another program could still take one before a worker binds it; on a
-    shared machine that is rare, and :func:`launch_workers` then fails with a
-    clear error instead of hanging.
-    """
-    _positive_int("n", n)
-    if host not in (LOOPBACK, "localhost"):
-        raise ValueError(f"the course only uses loopback addresses; got host={host!r}, use {LOOPBACK!r}")
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind((host, 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
-def tf_config(ports: Sequence[int], index: int, host: str = LOOPBACK) -> str:
-    """The ``TF_CONFIG`` JSON for worker ``index`` of a cluster of workers on ``host``.
-
-    ``{"cluster": {"worker": ["127.0.0.1:p0", "127.0.0.1:p1", ...]},
-    "task": {"type": "worker", "index": index}}``. Every worker gets the same
-    cluster and its own index; worker 0 is the chief (it writes checkpoints).
-    """
-    if isinstance(ports, (str, bytes)) or not isinstance(ports, Sequence) or not ports:
-        raise TypeError(f"ports must be a non-empty list of port numbers, got {ports!r}")
-    for p in ports:
-        if isinstance(p, bool) or not isinstance(p, int) or not 1 <= p <= 65535:
-            raise ValueError(f"every port must be a whole number in 1..65535, got {p!r}")
-    if len(set(ports)) != len(ports):
-        raise ValueError(f"ports must be distinct (each worker listens on its own), got {list(ports)}")
-    if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(ports):
-        raise ValueError(f"index must be a whole number in 0..{len(ports) - 1}, got {index!r}")
-    if host not in (LOOPBACK, "localhost"):
-        raise ValueError(f"the course only uses loopback addresses; got host={host!r}, use {LOOPBACK!r}")
-    return json.dumps({"cluster": {"worker": [f"{host}:{p}" for p in ports]},
-                       "task": {"type": "worker", "index": index}})
-
-
-def visible_gpu_ids(cuda_visible_devices: str | None, physical: int) -> list[int]:
-    """The physical GPU ids this process may hand out, reading ``CUDA_VISIBLE_DEVICES`` like CUDA does.
-
-    ``None`` means all ``physical`` GPUs; otherwise indices are read in order
-    up to the first invalid one. (UUID forms like ``GPU-...`` are treated as
-    invalid here: they cannot be split by index.)
-    """
-    if isinstance(physical, bool) or not isinstance(physical, int) or physical < 0:
-        raise ValueError(f"physical must be a whole number >= 0, got {physical!r}")
-    if cuda_visible_devices is None:
-        return list(range(physical))
-    if not isinstance(cuda_visible_devices, str):
-        raise TypeError(f"cuda_visible_devices must be a string or None, got {type(cuda_visible_devices).__name__}")
-    ids: list[int] = []
-    for token in cuda_visible_devices.split(","):
-        token = token.strip()
-        if not token.isdigit() or int(token) >= physical or int(token) in ids:
-            break
-        ids.append(int(token))
-    return ids
-
-
-def gpu_assignments(num_workers: int, gpu_ids: Sequence[int]) -> list[str]:
-    """``CUDA_VISIBLE_DEVICES`` for each of ``num_workers`` processes, so that no GPU is seen twice.
-
-    With at least one GPU per worker each worker gets an equal, disjoint,
-    contiguous slice (``MultiWorkerMirroredStrategy`` wants the same number of
-    devices on every worker; leftover GPUs stay unused). With fewer GPUs than
-    workers every worker gets ``"-1"`` and runs on its CPU: two processes that
-    share one GPU would each try to reserve most of its memory.
-    """
-    _positive_int("num_workers", num_workers)
-    if isinstance(gpu_ids, (str, bytes)) or not isinstance(gpu_ids, Sequence):
-        raise TypeError(f"gpu_ids must be a list of GPU indices, got {gpu_ids!r}")
-    if any(isinstance(g, bool) or not isinstance(g, int) or g < 0 for g in gpu_ids) or len(set(gpu_ids)) != len(gpu_ids):
-        raise ValueError(f"gpu_ids must be distinct whole numbers >= 0, got {list(gpu_ids)}")
-    per = len(gpu_ids) // num_workers
-    if per == 0:
-        return ["-1"] * num_workers
-    return [",".join(str(g) for g in gpu_ids[i * per:(i + 1) * per]) for i in range(num_workers)]
-
-
-# --------------------------------------------------------------------------- launching workers
-
-
-class WorkerError(RuntimeError):
-    """A worker process failed or hung; ``worker`` is its index and ``log`` the end of its output."""
-
-    def __init__(self, message: str, worker: int | None = None, log: str = ""):
-        super().__init__(message)
-        self.worker = worker
-        self.log = log
-
-
-class WorkerTimeout(WorkerError):
-    """Workers were still running when the timeout expired and were killed."""
-
-
-@dataclass
-class WorkerResult:
-    """What one worker reported: its index, replica count, per-step losses and a weight checksum."""
-
-    index: int
-    num_replicas: int
-    losses: list[float]
-    weights_checksum: float
-    devices: list[str] = field(default_factory=list)
-    cuda_visible_devices: str | None = None
-    seconds: float = 0.0
-
-    @classmethod
-    def from_dict(cls, data: dict) -> "WorkerResult":
-        keys = cls.__dataclass_fields__
-        return cls(**{k: v for k, v in data.items() if k in keys})
-
-
-def _worker_command(steps: int, batch: int, seed: int, mode: str) -> list[str]:
-    return [sys.executable, "-m", "gpucourse.distribute", "worker", "--steps", str(steps),
-            "--per-replica-batch", str(batch), "--seed", str(seed), "--mode", mode]
-
-
-_TF_LOG = re.compile(r"^(?:[IWEF]\d{4} |WARNING: All log messages|To enable the following instructions)")
-_ERROR_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit)\b:?")
-
-
-def _tail(path: Path, lines: int = 8) -> str:
-    """The end of a worker's log without TensorFlow's C++ log lines, its error line first if any."""
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return ""
-    keep = [ln for ln in text.splitlines() if ln.strip() and not _TF_LOG.match(ln)]
-    errors = [ln for ln in keep if _ERROR_LINE.match(ln)]
-    head = [errors[-1][:200] + (" ..." if len(errors[-1]) > 200 else "")] if errors else []
-    return "\n".join(head + [ln[:200] for ln in keep[-lines:] if not head or ln != errors[-1]])
-
-
-def _kill(procs: Mapping[int, subprocess.Popen]) -> None:
-    """Kill every still-running worker we started (by its own Popen handle) and reap it."""
-    for p in procs.values():
-        if p.poll() is None:
-            p.kill()
-    for p in procs.values():
-        try:
-            p.wait(timeout=10)
-        except subprocess.TimeoutExpired:  # pragma: no cover - a process that ignores SIGKILL
-            pass
-
-
-def launch_workers(num_workers: int = 2, *, steps: int = 5, per_replica_batch: int = 16, seed: int = 0,
-                   timeout: float = DEFAULT_TIMEOUT_S, only: Sequence[int] | None = None, mode: str = "loop",
-                   gpu_ids: Sequence[int] | None = None, extra_env: Mapping[str, str] | None = None,
-                   poll_s: float = 0.1) -> list[WorkerResult]:
-    """Run a ``MultiWorkerMirroredStrategy`` job as ``num_workers`` processes on 127.0.0.1.
-
-    Each worker runs ``python -m gpucourse.distribute worker`` with its own
-    ``TF_CONFIG`` (free ports chosen here) and its own ``CUDA_VISIBLE_DEVICES``
-    (see :func:`gpu_assignments`), trains with a custom loop and prints a JSON
-    result, which is returned as a :class:`WorkerResult` per worker, in index order.
-
-    Args:
-        num_workers: size of the cluster written into ``TF_CONFIG``.
-        steps, per_replica_batch, seed: passed to every worker.
-        timeout: seconds for the whole job. Workers still running then are
-            killed and :class:`WorkerTimeout` is raised.
-        only: start just these worker indices (the others never come up).
-            Used to show what a missing peer does: the started ones wait
-            for it until the timeout.
-        mode: ``"loop"`` (custom training loop) or ``"fit"`` (``model.fit``, which
-            fails under this strategy with Keras 3).
-        gpu_ids: physical GPUs to share out; default: what this process may see.
-        extra_env: more environment variables for every worker.
-
-    Raises:
-        WorkerError: a worker exited with an error (the others are killed);
-            the message names it and quotes the end of its output.
-        WorkerTimeout: the timeout expired; the message names the workers killed.
-    """
-    _positive_int("num_workers", num_workers)
-    for name, v in (("steps", steps), ("per_replica_batch", per_replica_batch)):
-        _positive_int(name, v)
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed must be an int, got {seed!r}")
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
-    if mode not in ("loop", "fit"):
-        raise ValueError(f"mode must be 'loop' or 'fit', got {mode!r}")
-    indices = list(range(num_workers)) if only is None else list(only)
-    if not indices or any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < num_workers
-                          for i in indices) or len(set(indices)) != len(indices):
-        raise ValueError(f"only must list distinct worker indices in 0..{num_workers - 1}, got {only!r}")
-    if extra_env is not None and not all(isinstance(k, str) and isinstance(v, str) for k, v in extra_env.items()):
-        raise TypeError("extra_env must be a dict of str -> str")
-    if gpu_ids is None:
-        from .devices import nvml_gpus
-
-        gpu_ids = visible_gpu_ids(os.environ.get("CUDA_VISIBLE_DEVICES"), len(nvml_gpus()))
-    cuda = gpu_assignments(num_workers, list(gpu_ids))
-
-    ports = free_ports(num_workers)
-    logdir = Path(tempfile.mkdtemp(prefix="gpucourse-workers-"))
-    procs: dict[int, subprocess.Popen] = {}
-    files = []
-    try:
-        for i in indices:
-            env = {**os.environ, "TF_CONFIG": tf_config(ports, i), "CUDA_VISIBLE_DEVICES": cuda[i],
-                   "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"),
-                   "TF_FORCE_GPU_ALLOW_GROWTH": "true", **(extra_env or {})}
-            out = open(logdir / f"worker{i}.log", "w")
-            files.append(out)
-            procs[i] = subprocess.Popen(_worker_command(steps, per_replica_batch, seed, mode), env=env,
-                                        stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + timeout
-        while True:
-            failed = [i for i, p in procs.items() if p.poll() not in (None, 0)]
-            if failed:
-                i = failed[0]
-                log = _tail(logdir / f"worker{i}.log")
-                _kill(procs)
-                raise WorkerError(f"worker {i} failed with exit code {procs[i].returncode}; the other workers "
-                                  f"were stopped. End of its output:\n{log}", worker=i, log=log)
-            if all(p.poll() == 0 for p in procs.values()):
-                break
-            if time.monotonic() > deadline:
-                hung = [i for i, p in procs.items() if p.poll() is None]
-                _kill(procs)
-                missing = sorted(set(range(num_workers)) - set(indices))
-                why = (f" worker(s) {missing} were never started, and a worker waits for every peer in "
-                       "TF_CONFIG" if missing else " a worker waits for every peer in TF_CONFIG")
-                raise WorkerTimeout(f"worker(s) {hung} still running after {timeout:g} s and were killed:{why}. "
-                                    "Check that every worker started and can reach the others' ports.",
-                                    worker=hung[0], log=_tail(logdir / f"worker{hung[0]}.log"))
-            time.sleep(poll_s)
-        results = []
-        for i in indices:
-            text = (logdir / f"worker{i}.log").read_text(errors="replace")
-            lines = [ln for ln in text.splitlines() if ln.startswith(RESULT_MARK)]
-            if not lines:
-                raise WorkerError(f"worker {i} exited without printing a result. End of its output:\n"
-                                  f"{_tail(logdir / f'worker{i}.log')}", worker=i)
-            results.append(WorkerResult.from_dict(json.loads(lines[-1][len(RESULT_MARK):])))
-        return results
-    finally:
-        _kill(procs)
-        for f in files:
-            f.close()
-        for p in logdir.glob("*"):
-            p.unlink()
-        logdir.rmdir()
-
-
-# --------------------------------------------------------------------------- the worker itself
-
-
-def _run_worker(steps: int, per_replica_batch: int, seed: int, mode: str) -> dict:
-    """Train a tiny regression model under MultiWorkerMirroredStrategy with a custom loop."""
-    t0 = time.perf_counter()
-    tf = _tf()
-    import keras
-
-    strategy = tf.distribute.MultiWorkerMirroredStrategy()
-    resolver = strategy.cluster_resolver
-    gbs = global_batch_size(per_replica_batch, strategy)
-
-    def dataset_fn(ctx: "tf.distribute.InputContext"):
-        # Same data on every worker (same seed), then each input pipeline keeps its own shard.
-        rng = tf.random.Generator.from_seed(seed)
-        x = rng.normal((gbs * steps * ctx.num_input_pipelines, 8))
-        y = tf.reduce_sum(x * tf.range(1.0, 9.0), axis=1, keepdims=True) / 8.0
-        ds = tf.data.Dataset.from_tensor_slices((x, y)).shard(ctx.num_input_pipelines, ctx.input_pipeline_id)
-        return ds.batch(ctx.get_per_replica_batch_size(gbs), drop_remainder=True).repeat()
+    _check_strategy(strategy)
+    _validate.whole("num_floats", num_floats)
+    _validate.whole("steps", steps)
+    tf = _tf.tf()
 
     with strategy.scope():
-        keras.utils.set_random_seed(seed)
-        model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"),
-                                  keras.layers.Dense(1)])
-        optimizer = keras.optimizers.SGD(0.05)
+        grads = tf.Variable(tf.ones([num_floats]), trainable=False)  # one copy per replica, like gradients
 
-    if mode == "fit":  # Keras 3 fit under MultiWorkerMirroredStrategy: fails (keras-team/keras#20585)
-        model.compile(optimizer=optimizer, loss="mse")
-        dist = strategy.distribute_datasets_from_function(dataset_fn)
-        hist = model.fit(dist, steps_per_epoch=steps, epochs=1, verbose=0)
-        losses = [float(v) for v in hist.history["loss"]]
-    else:
-        dist = iter(strategy.distribute_datasets_from_function(dataset_fn))
+    def replica_fn():
+        ctx = tf.distribute.get_replica_context()
+        return ctx.all_reduce(tf.distribute.ReduceOp.SUM, grads.read_value())[0]
 
-        replica_step = _mse_replica_step(model, optimizer, gbs)
+    @tf.function
+    def run_steps():
+        total = tf.constant(0.0)
+        for _ in tf.range(steps):
+            total += strategy.experimental_local_results(strategy.run(replica_fn))[0]
+        return total
 
-        @tf.function
-        def train_step(iterator):
-            return strategy.reduce("SUM", strategy.run(replica_step, args=next(iterator)), axis=None)
-
-        losses = [float(train_step(dist)) for _ in range(steps)]
-    checksum = float(sum(tf.reduce_sum(tf.abs(w)) for w in model.trainable_variables))
-    return {"index": int(resolver.task_id), "num_replicas": int(strategy.num_replicas_in_sync),
-            "losses": losses, "weights_checksum": checksum,
-            "devices": list(strategy.extended.worker_devices),
-            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
-            "seconds": time.perf_counter() - t0}
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m gpucourse.distribute worker ...``: run one worker (reads ``TF_CONFIG``)."""
-    ap = argparse.ArgumentParser(prog="python -m gpucourse.distribute",
-                                 description="Run one MultiWorkerMirroredStrategy worker (needs TF_CONFIG).")
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    w = sub.add_parser("worker", help="train under MultiWorkerMirroredStrategy and print a JSON result")
-    w.add_argument("--steps", type=int, default=5)
-    w.add_argument("--per-replica-batch", type=int, default=16)
-    w.add_argument("--seed", type=int, default=0)
-    w.add_argument("--mode", choices=("loop", "fit"), default="loop")
-    a = ap.parse_args(argv)
-    if "TF_CONFIG" not in os.environ:
-        print("TF_CONFIG is not set: start workers with gpucourse.distribute.launch_workers()", file=sys.stderr)
-        return 2
-    try:  # fail fast, before the slow TensorFlow import, on a TF_CONFIG that cannot work
-        task = json.loads(os.environ["TF_CONFIG"])["task"]
-        if task.get("type") != "worker" or not isinstance(task.get("index"), int):
-            raise ValueError(f"task must be {{'type': 'worker', 'index': <int>}}, got {task!r}")
-    except (ValueError, KeyError, TypeError, AttributeError) as err:
-        print(f"ValueError: bad TF_CONFIG ({type(err).__name__}: {err}); build it with "
-              "gpucourse.distribute.tf_config()", file=sys.stderr)
-        return 2
-    result = _run_worker(a.steps, a.per_replica_batch, a.seed, a.mode)
-    print(RESULT_MARK + json.dumps(result), flush=True)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    run_steps.bytes_per_step = 4 * num_floats
+    run_steps.steps = steps
+    run_steps.strategy = strategy
+    return run_steps

@@ -1,23 +1,36 @@
-"""Public tests of lab 04: MirroredStrategy and multi-worker.
+"""Lab 04 (MirroredStrategy and multi-worker): public tests.
 
-Every check builds fresh inputs (random sizes, random data, strategies over
-different device subsets) and checks behaviour: batch sizes, what a dataset
-function yields, losses and weights after a distributed step compared with
-single-device training, and what TensorFlow's own TF_CONFIG resolver reads.
+Each item is split in three (see :mod:`gpucourse.grading.items`): ``cases``
+draws fresh inputs on the grader's side (random sizes, random data, random
+initial weights, random ports), ``observe`` runs the learner's function in the
+learner's kernel under strategies over different device subsets and returns
+plain data (batches, losses, weights, strings), and ``judge`` computes the
+expected answer on the grader's side: batch arithmetic, sharding, and the
+reference training (one device, in NumPy) of q3 and q5, including the wrong
+answers the classic mistakes would give, so the message can name the mistake.
+
+q3 feeds global batches that do not split evenly over the replicas, so only a
+loss divided by the global batch size passes. q5 kills a training run after a
+random step (an exception from ``on_step`` that ``except Exception`` cannot
+catch), restarts it on fresh weights and compares the final weights with an
+uninterrupted run.
 """
 
 from __future__ import annotations
 
 import json
-import numbers
-import os
-import random
 
-from gpucourse.grading.items import Fail, expect_raises, item
+from gpucourse.grading.items import Fail, expect_raised, item, outcome
+
+# --------------------------------------------------------------------------- shared
+
+
+def _type_name(value) -> str:
+    return "bool" if isinstance(value, bool) else type(value).__name__
 
 
 def _strategies():
-    """Strategies over 1 device and over every device of the preferred type (fresh key ranges)."""
+    """Strategies over 1 device, 2 devices and every device of the preferred type (fresh key ranges)."""
     from gpucourse import distribute
 
     names = distribute.strategy_devices()
@@ -25,182 +38,472 @@ def _strategies():
     return [distribute.mirrored_strategy(s) for s in subsets]
 
 
+def _all_devices_strategy():
+    from gpucourse import distribute
+
+    return distribute.mirrored_strategy(distribute.strategy_devices())
+
+
+def _split(batch: int, replicas: int) -> list[int]:
+    """TensorFlow's split of a batch over replicas: ceil(batch / replicas) each, in order, until it runs out."""
+    per = -(-batch // replicas)
+    return [max(0, min(per, batch - i * per)) for i in range(replicas)]
+
+
+def _matrix(rng, rows: int, cols: int, scale: float = 1.0) -> list[list[float]]:
+    return [[round(rng.gauss(0.0, scale), 4) for _ in range(cols)] for _ in range(rows)]
+
+
+def _linear_model(strategy, kernel, bias):
+    """A Dense layer under ``strategy.scope()`` with the given weights (built in the learner's kernel)."""
+    import keras
+    import numpy as np
+
+    kernel, bias = np.array(kernel, "float32"), np.array(bias, "float32")
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((kernel.shape[0],)), keras.layers.Dense(kernel.shape[1])])
+    model.set_weights([kernel, bias])
+    return model
+
+
+# --------------------------------------------------------------------------- q1
+
+
 @item("q1", points=2, title="global_batch(strategy, per_replica) uses the strategy's replica count")
-def q1(ns):
-    fn = ns.function("global_batch")
-    for strategy in _strategies():
-        n = strategy.num_replicas_in_sync
-        per = random.randint(3, 70)
-        got = fn(strategy, per)
-        if isinstance(got, bool) or not isinstance(got, numbers.Integral):
-            raise Fail(f"global_batch should return a whole number of examples (an int), got {got!r} "
-                       f"({type(got).__name__})")
-        if got != per * n:
-            raise Fail(f"for a MirroredStrategy over {n} device(s) and per_replica={per}, expected {per * n}, "
-                       f"got {got!r}. Use strategy.num_replicas_in_sync, not the number of devices on the machine.")
-    for bad in (0, -4):
-        expect_raises(lambda: fn(strategy, bad), f"global_batch(strategy, {bad})", "a batch needs >= 1 example")
+class q1:
+    def cases(rng):
+        return [{"per": rng.randint(3, 70)} for _ in range(3)] + [{"bad": b} for b in (0, -rng.randint(1, 9))]
+
+    def observe(ns, case):
+        from gpucourse import distribute
+
+        fn = ns.function("global_batch")
+        machine = len(distribute.strategy_devices())
+        if "bad" in case:
+            return outcome(lambda: fn(_all_devices_strategy(), case["bad"]))
+        out = []
+        for strategy in _strategies():
+            got = fn(strategy, case["per"])
+            out.append({"replicas": int(strategy.num_replicas_in_sync), "got": got, "type": _type_name(got)})
+        return {"runs": out, "machine": machine}
+
+    def judge(case, seen):
+        if "bad" in case:
+            return expect_raised(seen, f"global_batch(strategy, {case['bad']})", "a batch needs >= 1 example")
+        per = case["per"]
+        for run in seen["runs"]:
+            n, got = run["replicas"], run["got"]
+            if run["type"] not in ("int", "int64", "int32"):
+                raise Fail(f"global_batch should return a whole number of examples (an int), got {got!r} "
+                           f"({run['type']})")
+            if got != per * n:
+                hint = (" Use strategy.num_replicas_in_sync, not the number of devices on the machine."
+                        if got == per * seen["machine"] else "")
+                raise Fail(f"for a MirroredStrategy over {n} device(s) and per_replica={per}, expected {per * n}, "
+                           f"got {got!r}.{hint}")
 
 
-def _elements(ds, limit=10_000):
-    """All (x, y) batches of a finite dataset, as numpy arrays."""
-    out = []
-    for i, (xb, yb) in enumerate(ds):
-        if i >= limit:
-            raise Fail("the dataset seems endless: do not .repeat() it, the training loop decides how long to run")
-        out.append((xb.numpy(), yb.numpy()))
-    return out
+# --------------------------------------------------------------------------- q2
+
+_MAX_BATCHES = 10_000
 
 
 @item("q2", points=3, title="make_dataset_fn shards per input pipeline and batches per replica")
-def q2(ns):
-    import numpy as np
-    import tensorflow as tf
+class q2:
+    def cases(rng):
+        out = []
+        for pipelines, replicas in ((2, 4), (1, 2), (3, 3)):
+            per = rng.randint(2, 5)
+            gbs = per * replicas
+            out.append({"pipelines": pipelines, "replicas": replicas, "gbs": gbs,
+                        "n": gbs * rng.randint(3, 6) * pipelines, "offset": rng.randint(0, 1000)})
+        return out + [{"through_strategy": True, "per": 2, "rows": 3}]
 
-    make = ns.function("make_dataset_fn")
-    for pipelines, replicas in ((2, 4), (1, 2), (3, 3)):
-        per = random.randint(2, 5)
-        gbs = per * replicas
-        n = gbs * random.randint(3, 6) * pipelines
-        x = np.arange(n, dtype="float32").reshape(n, 1) + np.float32(random.randint(0, 1000))
-        y = 3.0 * x
-        fn = make(x, y, gbs)
-        seen = []
+    def observe(ns, case):
+        import numpy as np
+        import tensorflow as tf
+
+        make = ns.function("make_dataset_fn")
+        if case.get("through_strategy"):
+            strategy = _all_devices_strategy()
+            reps = int(strategy.num_replicas_in_sync)
+            gbs = case["per"] * reps
+            x = np.arange(gbs * case["rows"], dtype="float32").reshape(-1, 1)
+            dataset_fn = make(x, 3.0 * x, gbs)
+            probe = dataset_fn(tf.distribute.InputContext(num_replicas_in_sync=reps))
+            if not isinstance(probe, tf.data.Dataset):
+                return {"type": type(probe).__name__}
+            first = next(iter(strategy.distribute_datasets_from_function(dataset_fn)))
+            return {"replicas": reps, "gbs": gbs,
+                    "sizes": [int(p.shape[0]) for p in strategy.experimental_local_results(first[0])]}
+        n, pipelines = case["n"], case["pipelines"]
+        x = np.arange(n, dtype="float32").reshape(n, 1) + np.float32(case["offset"])
+        fn = make(x, 3.0 * x, case["gbs"])
+        pipes = []
         for pid in range(pipelines):
             ctx = tf.distribute.InputContext(num_input_pipelines=pipelines, input_pipeline_id=pid,
-                                             num_replicas_in_sync=replicas)
+                                             num_replicas_in_sync=case["replicas"])
             ds = fn(ctx)
             if not isinstance(ds, tf.data.Dataset):
-                raise Fail(f"dataset_fn(ctx) should return a tf.data.Dataset, got {type(ds).__name__}")
-            batches = _elements(ds)
-            sizes = sorted({len(xb) for xb, _ in batches})
+                return {"type": type(ds).__name__}
+            batches, endless = [], False
+            for i, (xb, yb) in enumerate(ds):
+                if i >= _MAX_BATCHES:
+                    endless = True
+                    break
+                batches.append({"x": xb.numpy().ravel().tolist(), "y": yb.numpy().ravel().tolist()})
+            pipes.append({"batches": [] if endless else batches, "endless": endless})
+            if endless:
+                break
+        return {"type": "Dataset", "pipelines": pipes}
+
+    def judge(case, seen):
+        if "type" in seen and seen["type"] != "Dataset":
+            raise Fail(f"dataset_fn(ctx) should return a tf.data.Dataset, got {seen['type']}")
+        if case.get("through_strategy"):
+            reps, gbs = seen["replicas"], seen["gbs"]
+            if seen["sizes"] != [case["per"]] * reps:
+                raise Fail(f"through strategy.distribute_datasets_from_function with {reps} replicas and global batch "
+                           f"{gbs}, each replica should get {case['per']} examples, got {seen['sizes']}")
+            return
+        pipelines, replicas, gbs, n = case["pipelines"], case["replicas"], case["gbs"], case["n"]
+        per = gbs // replicas
+        every = []
+        for pipe in seen["pipelines"]:
+            if pipe["endless"]:
+                raise Fail("the dataset seems endless: do not .repeat() it, the training loop decides how long to run")
+            sizes = sorted({len(b["x"]) for b in pipe["batches"]})
             if sizes != [per]:
                 raise Fail(f"with {pipelines} input pipeline(s), {replicas} replicas and global batch {gbs}, every "
                            f"batch should hold {per} examples (the per-replica batch), got batch sizes {sizes}")
-            for xb, yb in batches:
-                if not np.allclose(yb, 3.0 * xb):
+            for b in pipe["batches"]:
+                if any(abs(yv - 3.0 * xv) > 1e-3 * max(1.0, abs(xv)) for xv, yv in zip(b["x"], b["y"])):
                     raise Fail("the x and y of a batch no longer belong together (y = 3x in this test); "
                                "shuffle or shard (x, y) pairs, not x and y separately")
-            seen.append(np.concatenate([xb.ravel() for xb, _ in batches]))
-        every = np.concatenate(seen)
-        if len(every) != n or len(np.unique(every)) != n:
+                every.extend(b["x"])
+        if len(every) != n or len(set(every)) != n:
             raise Fail(f"with {pipelines} input pipeline(s) and {n} examples, the pipelines together should yield "
-                       f"each example exactly once; they yielded {len(every)} examples, {len(np.unique(every))} "
+                       f"each example exactly once; they yielded {len(every)} examples, {len(set(every))} "
                        "distinct. Shard by ctx.num_input_pipelines and ctx.input_pipeline_id.")
-    strategy = _strategies()[-1]
-    reps = strategy.num_replicas_in_sync
-    gbs = 2 * reps
-    x = np.random.rand(gbs * 3, 1).astype("float32")
-    first = next(iter(strategy.distribute_datasets_from_function(make(x, 3.0 * x, gbs))))
-    parts = strategy.experimental_local_results(first[0])
-    if [int(p.shape[0]) for p in parts] != [2] * reps:
-        raise Fail(f"through strategy.distribute_datasets_from_function with {reps} replicas and global batch {gbs}, "
-                   f"each replica should get 2 examples, got {[int(p.shape[0]) for p in parts]}")
 
 
-def _reference_step(weights, x, y, lr):
-    """One SGD step of the same model on one device: returns (loss, new weights)."""
-    import keras
-    import tensorflow as tf
+# --------------------------------------------------------------------------- q3
 
-    model = keras.Sequential([keras.Input((x.shape[1],)), keras.layers.Dense(y.shape[1])])
-    model.set_weights(weights)
-    opt = keras.optimizers.SGD(lr)
-    with tf.GradientTape() as tape:
-        loss = tf.reduce_mean(tf.reduce_mean(tf.square(y - model(x)), axis=-1))
-    grads = tape.gradient(loss, model.trainable_variables)
-    opt.apply_gradients(zip(grads, model.trainable_variables))
-    return float(loss), model.get_weights()
+
+def _sgd_linear(kernel, bias, batches, lr, momentum=0.0, velocity=None):
+    """Reference: SGD (Keras' momentum rule) on mean-over-outputs squared error, loss summed / batch size.
+
+    Returns (losses, kernel, bias, velocity). Plain Python, float64.
+    """
+    import numpy as np
+
+    w, b = np.array(kernel, float), np.array(bias, float)
+    vw, vb = velocity if velocity is not None else (np.zeros_like(w), np.zeros_like(b))
+    losses = []
+    for x, y in batches:
+        x, y = np.array(x, float), np.array(y, float)
+        pred = x @ w + b
+        losses.append(float(np.mean(np.mean((y - pred) ** 2, axis=1))))
+        d = -2.0 * (y - pred) / (y.shape[1] * x.shape[0])
+        gw, gb = x.T @ d, d.sum(axis=0)
+        vw, vb = momentum * vw - lr * gw, momentum * vb - lr * gb
+        w, b = w + vw, b + vb
+    return losses, w, b, (vw, vb)
+
+
+def _mean_of_replica_means(kernel, bias, x, y, replicas):
+    """The loss a per-replica reduce_mean divided by the replica count gives on an uneven split."""
+    import numpy as np
+
+    w, b = np.array(kernel, float), np.array(bias, float)
+    x, y = np.array(x, float), np.array(y, float)
+    per_example = np.mean((y - (x @ w + b)) ** 2, axis=1)
+    total, start = 0.0, 0
+    for size in _split(len(x), replicas):
+        if size:
+            total += per_example[start:start + size].mean() / replicas
+        start += size
+    return total
 
 
 @item("q3", points=3, title="make_train_step: a distributed step whose loss and update match one device")
-def q3(ns):
+class q3:
+    def cases(rng):
+        out = []
+        for gbs in rng.sample([7, 11, 13], 1):  # primes: an uneven split over any 2, 4, 6 or 8 replicas
+            feats, outs = rng.randint(3, 6), rng.randint(1, 3)
+            out.append({"gbs": gbs, "lr": 0.1, "x": _matrix(rng, 2 * gbs, feats), "y": _matrix(rng, 2 * gbs, outs),
+                        "kernel": _matrix(rng, feats, outs, 0.5), "bias": [round(rng.gauss(0, 0.1), 4)
+                                                                          for _ in range(outs)]})
+        return out
+
+    def observe(ns, case):
+        import keras
+        import numpy as np
+        import tensorflow as tf
+
+        make = ns.function("make_train_step")
+        strategy = _all_devices_strategy()
+        n = int(strategy.num_replicas_in_sync)
+        if n < 2:
+            raise Fail("this check needs at least 2 devices: run the setup cell at the top of the lab first")
+        gbs = case["gbs"]
+        model = _linear_model(strategy, case["kernel"], case["bias"])
+        with strategy.scope():
+            optimizer = keras.optimizers.SGD(case["lr"])
+        step = make(strategy, model, optimizer, gbs)
+        data = tf.data.Dataset.from_tensor_slices((np.array(case["x"], "float32"), np.array(case["y"], "float32")))
+        batches = iter(strategy.experimental_distribute_dataset(data.batch(gbs)))
+        steps = []
+        for _ in range(2):
+            got = step(next(batches))
+            try:
+                loss = float(got)
+            except (TypeError, ValueError):
+                return {"replicas": n, "steps": steps, "unreduced": f"{type(got).__name__}: {str(got)[:120]}"}
+            steps.append({"loss": loss, "weights": [w.tolist() for w in model.get_weights()]})
+        return {"replicas": n, "steps": steps}
+
+    def judge(case, seen):
+        import numpy as np
+
+        if "unreduced" in seen:
+            raise Fail("step(batch) should return the loss as a scalar (reduce the per-replica losses with "
+                       f"strategy.reduce), got {seen['unreduced']}")
+        n, gbs = seen["replicas"], case["gbs"]
+        x, y = case["x"], case["y"]
+        kernel, bias = case["kernel"], case["bias"]
+        for k, got in enumerate(seen["steps"]):
+            xb, yb = x[k * gbs:(k + 1) * gbs], y[k * gbs:(k + 1) * gbs]
+            losses, w, b, _ = _sgd_linear(kernel, bias, [(xb, yb)], case["lr"])
+            want = losses[0]
+            where = f"{n} replicas, global batch {gbs} (split {_split(gbs, n)}), step {k + 1}"
+            if not np.isclose(got["loss"], want, rtol=1e-3, atol=1e-6):
+                hint = ("Average per example with tf.nn.compute_average_loss(..., global_batch_size=...) and "
+                        "reduce with SUM.")
+                if np.isclose(got["loss"], _mean_of_replica_means(kernel, bias, xb, yb, n), rtol=1e-3):
+                    hint = ("You averaged per replica (reduce_mean, or compute_average_loss without a size) and "
+                            "divided by the replica count: that is wrong when the replicas hold different numbers "
+                            "of examples. Divide each replica's sum by the global batch size: "
+                            "tf.nn.compute_average_loss(per_example, global_batch_size=global_batch_size).")
+                raise Fail(f"{where}: the loss should be the mean squared error over the global batch, "
+                           f"{want:.6f}; got {got['loss']:.6f} (ratio {got['loss'] / want:.2f}). {hint}")
+            diff = max(float(np.abs(np.array(a) - c).max()) for a, c in zip(got["weights"], (w, b)))
+            if diff > 1e-3:
+                raise Fail(f"{where}: the loss is right but the weights after the update differ from "
+                           f"single-device SGD by up to {diff:.2g}. Gradients are summed over replicas, so each "
+                           "replica's loss must be divided by the GLOBAL batch size, not averaged over its own share.")
+            kernel, bias = w.tolist(), b.tolist()
+
+
+# --------------------------------------------------------------------------- q4
+
+
+@item("q4", points=2, title="make_tf_config builds a TF_CONFIG that TensorFlow reads correctly")
+class q4:
+    def cases(rng):
+        n = rng.randint(2, 4)
+        ports = rng.sample(range(20000, 60000), n)
+        good = [{"ports": ports, "index": i} for i in range(n)]
+        bad = [{"ports": ports, "index": n, "bad": True}, {"ports": ports, "index": -1, "bad": True},
+               {"ports": [ports[0], ports[0]], "index": 0, "bad": True}]
+        return good + bad
+
+    def observe(ns, case):
+        import os
+
+        import tensorflow as tf
+
+        fn = ns.function("make_tf_config")
+        ports, index = case["ports"], case["index"]
+        before = os.environ.get("TF_CONFIG")
+        try:
+            result = outcome(lambda: fn(ports, index))
+        finally:
+            after = os.environ.get("TF_CONFIG")
+            if after != before:  # undo it, so this kernel does not believe it is a cluster worker
+                os.environ.pop("TF_CONFIG", None) if before is None else os.environ.__setitem__("TF_CONFIG", before)
+        seen = {"result": result, "changed_env": after != before}
+        text = result.get("value")
+        if not case.get("bad") and isinstance(text, str):
+            os.environ["TF_CONFIG"] = text
+            try:
+                resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+                seen["tf_read"] = {"cluster": resolver.cluster_spec().as_dict(),
+                                   "task": [resolver.task_type, resolver.task_id]}
+            except Exception as exc:  # the judge says what TensorFlow could not read
+                seen["tf_read"] = {"error": f"{type(exc).__name__}: {exc}"[:200]}
+            finally:
+                os.environ.pop("TF_CONFIG", None) if before is None else os.environ.__setitem__("TF_CONFIG", before)
+        return seen
+
+    def judge(case, seen):
+        ports, index = case["ports"], case["index"]
+        call = f"make_tf_config({ports}, {index})"
+        if seen["changed_env"]:
+            raise Fail(f"{call} changed os.environ['TF_CONFIG']: it should only return the string. Setting it in "
+                       "this notebook makes the kernel itself a cluster worker for every strategy created "
+                       "afterwards (the check has put it back).")
+        if case.get("bad"):
+            return expect_raised(seen["result"], call, "index out of range or repeated port")
+        result = seen["result"]
+        if "raised" in result:
+            raise Fail(f"{call} raised {result['raised']}: {result.get('message', '')}")
+        text = result["value"]
+        if not isinstance(text, str):
+            raise Fail(f"{call} should return a JSON string (environment variables are strings), got {text!r}")
+        try:
+            parsed = json.loads(text)
+        except ValueError as err:
+            raise Fail(f"{call} is not valid JSON ({err}): {text[:120]}")
+        want_cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
+        if not isinstance(parsed, dict) or parsed.get("cluster") != want_cluster:
+            got = parsed.get("cluster") if isinstance(parsed, dict) else parsed
+            raise Fail(f"for ports {ports} the cluster should be {want_cluster}, got {got}")
+        task = parsed.get("task")
+        if task != {"type": "worker", "index": index}:
+            raise Fail(f"for index {index} the task should be {{'type': 'worker', 'index': {index}}} (index an "
+                       f"int), got {task}")
+        read = seen.get("tf_read", {})
+        if read.get("cluster") != want_cluster or read.get("task") != ["worker", index]:
+            raise Fail(f"TensorFlow's TFConfigClusterResolver read {read} from {text[:120]}")
+
+
+# --------------------------------------------------------------------------- q5
+
+
+class _WorkerKilled(BaseException):
+    """The simulated failure q5 raises from ``on_step``: a BaseException, so ``except Exception`` won't swallow it."""
+
+
+def _train_step(strategy, model, optimizer, global_batch):
+    """A correct distributed step (so q5 grades checkpointing only, not q3 again)."""
+    import tensorflow as tf
+
+    def replica_step(x, y):
+        with tf.GradientTape() as tape:
+            per_example = tf.reduce_mean(tf.square(y - model(x, training=True)), axis=-1)
+            loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    @tf.function
+    def step(batch):
+        return strategy.reduce("SUM", strategy.run(replica_step, args=batch), axis=None)
+
+    return step
+
+
+def _fresh_run(strategy, case, kernel, bias):
+    """Model, built momentum optimizer, step function and dataset for one launch of q5's training."""
     import keras
     import numpy as np
     import tensorflow as tf
 
-    make = ns.function("make_train_step")
-    strategy = _strategies()[-1]
-    n = strategy.num_replicas_in_sync
-    if n < 2:
-        raise Fail("this check needs at least 2 devices: run the setup cell at the top of the lab first")
-    feats, outs, lr = random.randint(3, 6), random.randint(1, 3), 0.1
-    gbs = n * random.randint(2, 4)
-    rng = np.random.default_rng(random.randint(0, 10_000))
-    x = rng.normal(size=(2 * gbs, feats)).astype("float32")
-    y = rng.normal(size=(2 * gbs, outs)).astype("float32")
+    model = _linear_model(strategy, kernel, bias)
     with strategy.scope():
-        model = keras.Sequential([keras.Input((feats,)), keras.layers.Dense(outs)])
-        optimizer = keras.optimizers.SGD(lr)
-    weights = model.get_weights()
-    step = make(strategy, model, optimizer, gbs)
-    batches = iter(strategy.experimental_distribute_dataset(tf.data.Dataset.from_tensor_slices((x, y)).batch(gbs)))
-    for k in range(2):
-        xb, yb = x[k * gbs:(k + 1) * gbs], y[k * gbs:(k + 1) * gbs]
-        want_loss, weights = _reference_step(weights, xb, yb, lr)
-        got = step(next(batches))
+        optimizer = keras.optimizers.SGD(case["lr"], momentum=case["momentum"])
+        optimizer.build(model.trainable_variables)  # momentum slots now, under the scope
+    data = tf.data.Dataset.from_tensor_slices((np.array(case["x"], "float32"), np.array(case["y"], "float32")))
+    return model, optimizer, _train_step(strategy, model, optimizer, case["gbs"]), data.batch(case["gbs"])
+
+
+@item("q5", points=3, title="train_resumable: resume after a worker failure with the same final weights")
+class q5:
+    def cases(rng):
+        out = []
+        for save_every in rng.sample([2, 3], 1):
+            steps = rng.randint(8, 9)
+            # at least two checkpoints before the failure, and none written at the failing step itself
+            crash = rng.choice([k for k in range(2 * save_every + 1, steps) if k % save_every])
+            feats, outs, gbs = rng.randint(2, 4), rng.randint(1, 2), rng.choice([8, 12])
+            out.append({"steps": steps, "save_every": save_every, "crash_at": crash, "gbs": gbs, "lr": 0.05,
+                        "momentum": 0.9, "x": _matrix(rng, steps * gbs, feats), "y": _matrix(rng, steps * gbs, outs),
+                        "kernel": _matrix(rng, feats, outs, 0.5), "bias": [0.0] * outs,
+                        "fresh_kernel": _matrix(rng, feats, outs, 0.5)})
+        return out
+
+    def observe(ns, case):
+        import shutil
+        import tempfile
+
+        from gpucourse.grading.items import plain
+
+        from gpucourse import distribute
+
+        fn = ns.function("train_resumable")
+        strategy = distribute.mirrored_strategy(distribute.strategy_devices()[:2])  # 2 replicas are enough here
+        folder = tempfile.mkdtemp(prefix="gpucourse-lab04-")
         try:
-            got_loss = float(got)
-        except (TypeError, ValueError):
-            raise Fail(f"step(batch) should return the loss as a scalar (reduce the per-replica losses with "
-                       f"strategy.reduce), got {type(got).__name__}: {str(got)[:120]}")
-        if not np.isclose(got_loss, want_loss, rtol=1e-3, atol=1e-6):
-            raise Fail(f"{n} replicas, global batch {gbs}, step {k + 1}: the loss should be the mean squared error "
-                       f"over the global batch, {want_loss:.6f}; got {got_loss:.6f} "
-                       f"(ratio {got_loss / want_loss:.2f}). Average per example with "
-                       "tf.nn.compute_average_loss(..., global_batch_size=...) and reduce with SUM.")
-        diff = max(float(np.abs(a - b).max()) for a, b in zip(model.get_weights(), weights))
-        if diff > 1e-3:
-            raise Fail(f"{n} replicas, global batch {gbs}, step {k + 1}: the loss is right but the weights after "
-                       f"the update differ from single-device SGD by up to {diff:.2g}. Gradients are summed "
-                       "over replicas, so each replica's loss must be divided by the GLOBAL batch size, "
-                       "not averaged over its own share.")
+            model, optimizer, step_fn, data = _fresh_run(strategy, case, case["kernel"], case["bias"])
+            first_steps = []
 
+            def fail_after(k):
+                first_steps.append(plain(k))
+                if k == case["crash_at"]:
+                    raise _WorkerKilled(f"simulated failure after step {k}")
 
-@item("q4", points=2, title="make_tf_config builds a TF_CONFIG that TensorFlow reads correctly")
-def q4(ns):
-    import tensorflow as tf
-
-    fn = ns.function("make_tf_config")
-    n = random.randint(2, 4)
-    ports = random.sample(range(20000, 60000), n)
-    for index in range(n):
-        before = os.environ.get("TF_CONFIG")
-        try:
-            text = fn(ports, index)
+            try:
+                fn(strategy, model, optimizer, step_fn, data, case["steps"], folder, case["save_every"], fail_after)
+                first = "finished"
+            except _WorkerKilled:
+                first = "killed"
+            # The restart: a new process would build everything again, from *other* initial weights.
+            model, optimizer, step_fn, data = _fresh_run(strategy, case, case["fresh_kernel"], case["bias"])
+            second_steps = []
+            losses = fn(strategy, model, optimizer, step_fn, data, case["steps"], folder, case["save_every"],
+                        lambda k: second_steps.append(plain(k)))
+            return {"first": first, "first_steps": first_steps, "second_steps": second_steps,
+                    "losses": plain(losses), "weights": [w.tolist() for w in model.get_weights()]}
         finally:
-            after = os.environ.get("TF_CONFIG")
-            if after != before:  # undo it, so this kernel does not believe it is a cluster worker
-                if before is None:
-                    os.environ.pop("TF_CONFIG", None)
-                else:
-                    os.environ["TF_CONFIG"] = before
-        if after != before:
-            raise Fail(f"make_tf_config({ports}, {index}) changed os.environ['TF_CONFIG']: it should only return "
-                       "the string. Setting it in this notebook makes the kernel itself a cluster worker for every "
-                       "strategy created afterwards (the check has put it back).")
-        if not isinstance(text, str):
-            raise Fail(f"make_tf_config({ports}, {index}) should return a JSON string (environment variables are "
-                       f"strings), got {type(text).__name__}")
-        try:
-            json.loads(text)
-        except ValueError as err:
-            raise Fail(f"make_tf_config({ports}, {index}) is not valid JSON ({err}): {text[:120]}")
-        saved = os.environ.get("TF_CONFIG")
-        os.environ["TF_CONFIG"] = text
-        try:
-            resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
-            cluster = resolver.cluster_spec().as_dict()
-            task = (resolver.task_type, resolver.task_id)
-        finally:
-            if saved is None:
-                os.environ.pop("TF_CONFIG", None)
-            else:
-                os.environ["TF_CONFIG"] = saved
-        want = {"worker": [f"127.0.0.1:{p}" for p in ports]}
-        if cluster != want:
-            raise Fail(f"for ports {ports}, TensorFlow should read the cluster {want}, but it read {cluster}")
-        if task != ("worker", index):
-            raise Fail(f"for index {index}, TensorFlow should read task ('worker', {index}), but it read {task}")
-    for bad_args in ((ports, n), (ports, -1), (ports[:1] * 2, 0)):
-        expect_raises(lambda: fn(*bad_args), f"make_tf_config{bad_args}", "index out of range or repeated port")
+            shutil.rmtree(folder, ignore_errors=True)
+
+    def judge(case, seen):
+        import numpy as np
+
+        steps, every, crash = case["steps"], case["save_every"], case["crash_at"]
+        gbs = case["gbs"]
+        batches = [(case["x"][k * gbs:(k + 1) * gbs], case["y"][k * gbs:(k + 1) * gbs]) for k in range(steps)]
+        where = f"(steps={steps}, save_every={every}, killed after step {crash})"
+        if seen["first"] != "killed" or seen["first_steps"] != list(range(1, crash + 1)):
+            raise Fail(f"the first run should call on_step(k) after each step k = 1, 2, ... and let what on_step "
+                       f"raises propagate; the check kills the run after step {crash}. on_step saw "
+                       f"{seen['first_steps'][:12]} and the run {'ended normally' if seen['first'] == 'finished' else 'was killed'}.")
+        resume = (crash // every) * every  # the last checkpoint written before the failure
+        want_steps = list(range(resume + 1, steps + 1))
+        got_steps = seen["second_steps"]
+        if got_steps != want_steps:
+            first = got_steps[0] if got_steps else None
+            raise Fail(f"after the restart {where} training should continue at step {resume + 1} (the last "
+                       f"checkpoint was written after step {resume}) and call on_step for steps {want_steps}; "
+                       f"it called it for {got_steps[:12]}. "
+                       + ("Restore the latest checkpoint (model, optimizer and the step counter) before training."
+                          if first == 1 else "Restore the LATEST checkpoint, and keep the step counter in it."))
+        ref_losses, w, b, _ = _sgd_linear(case["kernel"], case["bias"], batches, case["lr"], case["momentum"])
+        got_w = [np.array(a) for a in seen["weights"]]
+        if max(float(np.abs(g - r).max()) for g, r in zip(got_w, (w, b))) <= 1e-3:
+            if not isinstance(seen["losses"], list) or not np.allclose(seen["losses"], ref_losses[resume:],
+                                                                           rtol=1e-3, atol=1e-6):
+                raise Fail(f"the final weights are right, but train_resumable should return the losses of the "
+                           f"steps it trained ({len(want_steps)} floats for steps {want_steps}), got "
+                           f"{str(seen['losses'])[:120]}")
+            return
+        # Diagnose with the wrong answers the classic mistakes give.
+        _, w0, b0, vel = _sgd_linear(case["kernel"], case["bias"], batches[:resume], case["lr"], case["momentum"])
+        _, nw, nb, _ = _sgd_linear(w0, b0, batches[resume:], case["lr"], case["momentum"])  # momentum lost
+        _, dw, db, _ = _sgd_linear(w0, b0, batches[:steps - resume], case["lr"], case["momentum"], vel)  # no skip
+
+        def close(pair):
+            return max(float(np.abs(g - r).max()) for g, r in zip(got_w, pair)) <= 1e-3
+
+        if close((nw, nb)):
+            hint = ("The optimizer's momentum was not restored: put the optimizer in the checkpoint "
+                    "(tf.train.Checkpoint(model=model, optimizer=optimizer, step=...)).")
+        elif close((dw, db)):
+            hint = (f"After resuming at step {resume + 1} the run trained on the first batches again: skip the "
+                    f"{resume} batches already trained on (dataset.skip(...)).")
+        else:
+            hint = "Checkpoint model, optimizer and step counter together, restore all three, and skip the batches already seen."
+        raise Fail(f"after the restart {where} the final weights differ from an uninterrupted run of {steps} "
+                   f"steps by up to {max(float(np.abs(g - r).max()) for g, r in zip(got_w, (w, b))):.2g}. {hint}")
