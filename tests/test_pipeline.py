@@ -92,7 +92,8 @@ def test_benchmark_rows(monkeypatch):
     monkeypatch.setattr(timing, "compare", lambda c, **kw: real(c, **{**kw, "warmup": 0, "repeats": 1}))
     small = Pipeline(stages=(("decode", 0.002),), read_s=0.001, step_s=0.001, n=4, shards=4, threads=None)
     rows = pipeline.benchmark(quick=True, workload=small)
-    assert {r["case"] for r in rows} >= {"naive", "tuned", "cache: epoch 2", "vectorised decode"}
+    assert {r["case"] for r in rows} >= {"naive", "tuned", "cache: epoch 2", "vectorised decode",
+                                        "map that sleeps, 4 threads", "map that computes in Python, 4 threads"}
     for r in rows:
         assert set(r) == {"topic", "case", "median_s", "bound_s", "ratio_to_bound", "speedup", "note"}
         assert r["topic"] == "07 tf.data" and r["median_s"] > 0 and r["bound_s"] > 0 and r["ratio_to_bound"] > 0

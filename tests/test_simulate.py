@@ -108,11 +108,16 @@ def test_batched_and_vectorised_bounds():
     assert _bound_s(par.replace(parallel=2, vectorise=True)) == pytest.approx(
         _batched_formula(16, 4, [(0.004, 4)], [(0.016, 2)], 0.016))
     assert _bound_s(p.replace(cache=True, prefetch=True), warm=True) == pytest.approx(4 * 0.016)
+    assert p.bound() == _bound_s(p) and p.replace(cache=True).bound(warm=True) == pytest.approx(4 * 0.016)
     # batch=1 is the unbatched pipeline; per_call_s adds to every element then
     q = Pipeline(stages=(("decode", 0.05),), read_s=0.01, step_s=0.02, n=6, shards=2)
     for toggles in ({}, {"prefetch": True}, {"parallel": 3, "interleave": 2}):
         assert _bound_s(q.replace(batch=1, **toggles)) == pytest.approx(_bound_s(q.replace(**toggles)))
     assert _bound_s(q.replace(per_call_s={"decode": 0.01})) == pytest.approx(6 * 0.09)
+    renamed = q.replace(parallel=2, per_call_s=0.01).replace(stages=(("load", 0.01), ("augment", 0.02)))
+    assert renamed.parallel_of("augment") == 2 and renamed.call_s_of("load") == 0.01  # uniform values carry over
+    with pytest.raises(ValueError, match="unknown stage"):
+        q.replace(parallel={"decode": 2}, stages=(("load", 0.01), ("decode", 0.02))).replace(stages=(("x", 0.1),))
 
 
 @pytest.mark.parametrize("kwargs, exc, match", [

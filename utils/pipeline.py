@@ -25,7 +25,7 @@ import math
 from . import _validate
 from ._tf import tf as _tf
 from .explore import Explorer, View, checkbox, dropdown
-from .simulate import AUTOTUNE, Pipeline, Stage, _bound_s, source
+from .simulate import AUTOTUNE, Pipeline, Stage, source
 
 __all__ = ["EXPLORER_WORKLOAD", "NOTES", "TUNED_POOL_THREADS", "VARIANTS", "WORKLOAD", "benchmark", "build_pipeline",
            "describe_options", "describe_pipeline", "epoch_orders", "explore_pipeline", "pipeline_explorer",
@@ -167,7 +167,7 @@ def _best_bound(p: Pipeline) -> float:
     """The bound of the best pipeline of ``p``'s costs without a cache: everything parallel, with a prefetch."""
     best = p.replace(prefetch=True, parallel=AUTOTUNE, interleave=p.shards if p.reads else None, cache=False)
     options = [best] + ([best.replace(vectorise=True)] if best.batch is not None else [])
-    return min(_bound_s(q) for q in options)
+    return min(q.bound() for q in options)
 
 
 def explore_pipeline(prefetch: bool = False, parallel: str = "off", interleave: str = "off", cache: bool = False,
@@ -293,10 +293,11 @@ def benchmark(quick: bool = False, *, workload: Pipeline | None = None) -> list[
 
     Rows have ``topic, case, median_s, bound_s, ratio_to_bound, speedup, note``:
     every variant against the best bound of ``workload`` (default
-    :data:`WORKLOAD`), a warm cache against the steps alone, and a vectorised
-    decode against its decode work. ``speedup`` is against the first case of
-    each comparison. About 15 s on 2 cores (``quick``: one timed repeat, no
-    "TF default": about 8 s).
+    :data:`WORKLOAD`), a warm cache against the steps alone, a vectorised
+    decode against its decode work, and 4 threads of a map that sleeps against
+    4 of one that computes in pure Python (holding the GIL), each against its
+    own limit. ``speedup`` is against the first case of each comparison. About
+    17 s on 2 cores (``quick``: one timed repeat, no "TF default": about 9 s).
     """
     from . import timing
 
@@ -334,4 +335,16 @@ def benchmark(quick: bool = False, *, workload: Pipeline | None = None) -> list[
     rows.append(_row("vectorised decode", cmp3["vectorised"].median_s, n * per_element + (n // batch) * per_call,
                      cmp3["scalar"].median_s,
                      f"batch({batch}) before map: one call per batch; bound = the decode work alone"))
+
+    # 4. threads: 4 at once of a map that sleeps (releases the GIL) and of one computing in Python (holds it)
+    calls, cost, k = (8, 0.01, 4) if quick else (12, 0.02, 4)
+    for label, gil in (("sleeps", False), ("computes in Python", True)):
+        stage = Stage(cost, name=label, holds_gil=gil)
+        one, many = source(calls).map(stage), source(calls).map(stage, num_parallel_calls=k)
+        cmp4 = timing.compare({"one": lambda: sum(1 for _ in one), "many": lambda: sum(1 for _ in many)},
+                              warmup=1, repeats=repeats)
+        limit = 1 if gil else k
+        rows.append(_row(f"map that {label}, {k} threads", cmp4["many"].median_s, calls * cost / limit,
+                         cmp4["one"].median_s, f"{calls} calls of {cost * 1e3:g} ms; bound = their work / {limit} "
+                         + ("(the GIL: one call computes at a time)" if gil else f"({k} calls at once)")))
     return rows

@@ -45,7 +45,8 @@ def _per_stage(name: str, value, names: list, check: Callable):
     """One value for every stage, or a ``{stage: value}`` dict (missing stages get ``check(None)``'s default),
     normalised to a tuple of ``(stage, value)`` pairs in stage order."""
     if isinstance(value, tuple) and value and all(isinstance(x, tuple) for x in value):  # normalised already
-        value = dict(value)
+        values = {v for _, v in value}
+        value = values.pop() if len(values) == 1 else dict(value)  # one value for all: keep it for new stages
     if isinstance(value, Mapping):
         if set(value) - set(names):
             raise ValueError(f"{name} names unknown stage(s) {sorted(set(value) - set(names))}; "
@@ -144,6 +145,10 @@ class Pipeline:
     def call_s_of(self, stage: str) -> float:
         """The fixed cost of one call of a stage's map (seconds)."""
         return dict(self.per_call_s)[stage]
+
+    def bound(self, warm: bool = False) -> float:
+        """The shortest possible epoch of this pipeline, in seconds (``warm``: served by a full cache)."""
+        return _bound_s(self, _flag("warm", warm))
 
     def replace(self, **changes) -> "Pipeline":
         """A copy with some fields changed, e.g. ``p.replace(prefetch=True)``."""
