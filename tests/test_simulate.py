@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from gpucourse import simulate
+from gpucourse import _simparts, simulate
 from gpucourse.simulate import AUTOTUNE, Device, Lanes, Pipeline, Stage, TimelineEvent, Workload, _bound_s
 
 ZERO = Pipeline(stages=(("decode", 0.0),), step_s=0.0, n=12, shards=3, threads=None)
@@ -82,6 +82,44 @@ def test_bound_matches_the_formula_for_every_structure():
     assert _bound_s(mixed) == pytest.approx(_formula(n, [(ld, 4), (au + s, 1)]))
 
 
+def _batched_formula(n, b, element_units, batch_units, step_s):
+    """An independent copy of the batched bound. ``element_units``: (seconds per element, parallelism) of
+    the work before the batch, each its own thread; ``batch_units``: (seconds per batch, parallelism) after."""
+    per_element = max([t / k for t, k in element_units], default=0.0)
+    fill = sum(t for t, _ in element_units) + (b - 1) * per_element + sum(t for t, _ in batch_units) + step_s
+    pace = max([b * per_element] + [t / k for t, k in batch_units] + [step_s])
+    return fill + (n // b - 1) * pace
+
+
+def test_batched_and_vectorised_bounds():
+    p = Pipeline(stages=(("decode", 0.002),), per_call_s=0.008, read_s=0.004, step_s=0.016, n=16, shards=4, batch=4)
+    assert p.steps == 4 and p.call_s_of("decode") == 0.008
+    assert _bound_s(p) == pytest.approx(16 * (0.004 + 0.010) + 4 * 0.016)  # nothing overlaps
+    assert _bound_s(p.replace(vectorise=True)) == pytest.approx(16 * 0.004 + 4 * (0.008 + 4 * 0.002 + 0.016))
+    assert _bound_s(p.replace(prefetch=True)) == pytest.approx(_batched_formula(16, 4, [(0.014, 1)], [], 0.016))
+    # vectorised: the reads and the per-batch decode share one thread (before the prefetch)
+    assert _bound_s(p.replace(prefetch=True, vectorise=True)) == pytest.approx(
+        4 * 0.004 + 0.016 + 0.016 + 3 * max(4 * 0.004 + 0.016, 0.016))
+    # parallel decode over elements (16 at once) vs over batches (4 at once), reads interleaved
+    par = p.replace(prefetch=True, parallel=AUTOTUNE, interleave=4)
+    assert _bound_s(par) == pytest.approx(_batched_formula(16, 4, [(0.004, 4), (0.010, 16)], [], 0.016))
+    assert _bound_s(par.replace(vectorise=True)) == pytest.approx(
+        _batched_formula(16, 4, [(0.004, 4)], [(0.016, 4)], 0.016))
+    assert _bound_s(par.replace(parallel=2, vectorise=True)) == pytest.approx(
+        _batched_formula(16, 4, [(0.004, 4)], [(0.016, 2)], 0.016))
+    assert _bound_s(p.replace(cache=True, prefetch=True), warm=True) == pytest.approx(4 * 0.016)
+    assert p.bound() == _bound_s(p) and p.replace(cache=True).bound(warm=True) == pytest.approx(4 * 0.016)
+    # batch=1 is the unbatched pipeline; per_call_s adds to every element then
+    q = Pipeline(stages=(("decode", 0.05),), read_s=0.01, step_s=0.02, n=6, shards=2)
+    for toggles in ({}, {"prefetch": True}, {"parallel": 3, "interleave": 2}):
+        assert _bound_s(q.replace(batch=1, **toggles)) == pytest.approx(_bound_s(q.replace(**toggles)))
+    assert _bound_s(q.replace(per_call_s={"decode": 0.01})) == pytest.approx(6 * 0.09)
+    renamed = q.replace(parallel=2, per_call_s=0.01).replace(stages=(("load", 0.01), ("augment", 0.02)))
+    assert renamed.parallel_of("augment") == 2 and renamed.call_s_of("load") == 0.01  # uniform values carry over
+    with pytest.raises(ValueError, match="unknown stage"):
+        q.replace(parallel={"decode": 2}, stages=(("load", 0.01), ("decode", 0.02))).replace(stages=(("x", 0.1),))
+
+
 @pytest.mark.parametrize("kwargs, exc, match", [
     ({"stages": "load"}, TypeError, "stages"),
     ({"stages": [("load",)]}, TypeError, "pair"),
@@ -97,6 +135,13 @@ def test_bound_matches_the_formula_for_every_structure():
     ({"prefetch": "yes"}, TypeError, "prefetch"),
     ({"threads": 0}, ValueError, "threads"),
     ({"interleave": True}, TypeError, "interleave"),
+    ({"n": 10, "batch": 4}, ValueError, "whole batches"),
+    ({"batch": 0}, ValueError, "batch"),
+    ({"vectorise": True}, ValueError, "needs a batch size"),
+    ({"vectorise": 1, "batch": 4}, TypeError, "vectorise"),
+    ({"per_call_s": -0.1}, ValueError, "per_call_s"),
+    ({"per_call_s": {"decode": 0.1}}, ValueError, "unknown stage"),
+    ({"per_call_s": "slow"}, TypeError, "per_call_s"),
 ])
 def test_pipeline_bad_input(kwargs, exc, match):
     with pytest.raises(exc, match=match):
@@ -106,6 +151,8 @@ def test_pipeline_bad_input(kwargs, exc, match):
 def test_bad_parts():
     with pytest.raises(TypeError, match="fn"):
         Stage(0.01, fn=3)
+    with pytest.raises(TypeError, match="holds_gil"):
+        Stage(0.01, holds_gil="yes")
     with pytest.raises(ValueError, match="seconds"):
         Stage(-0.01)
     with pytest.raises(TypeError, match="Lanes"):
@@ -205,3 +252,51 @@ def test_runs_meet_their_structural_bounds():
     assert slow.ratio > 0.95 and best.ratio < 2.5  # a sleep never ends early; a busy machine adds overhead
     assert slow.utilisation < 0.4 < best.utilisation and slow.best_utilisation == pytest.approx(0.01 / 0.037)
     assert slow.seconds / best.seconds > 1.6
+
+
+def test_batched_workload_builds_calls_and_counts():
+    """Batch after the maps (and the cache), or before them (vectorised): one call per batch."""
+    p = ZERO.replace(batch=4, per_call_s=0.0)
+    w = p.workload()
+    run = w.run(prefetch=True)
+    assert run.steps == 3 and [len(v) for v in run.values] == [4, 4, 4] and sorted(w.delivered) == w.expected()
+    assert w.stage("decode").calls == 12 and w.counts == {"read": 12, "decode": 12, "steps": 3}
+    w.reset()
+    w.run(vectorise=True, parallel=2)
+    assert w.stage("decode").calls == 3 and w.stage("decode").elements == 12 and sorted(w.delivered) == w.expected()
+    opts = w.build(vectorise=True).options()
+    assert opts.experimental_optimization.map_and_batch_fusion is False  # no hidden map-ahead thread
+    assert w.build(tf_rewrites=True).options().experimental_optimization.map_and_batch_fusion is None
+    with pytest.raises(ValueError, match="batch size"):
+        ZERO.workload().run(vectorise=True)
+
+
+def test_vectorising_pays_the_call_cost_once_per_batch():
+    """Sleep-based: 8 records, 1 ms each + 10 ms per call: 88 ms per epoch one by one, 28 ms in 2 batches."""
+    p = Pipeline(stages=(("decode", 0.001),), per_call_s=0.01, step_s=0.0, n=8, batch=4, threads=None)
+    w = p.workload()
+    w.run(), w.run(vectorise=True)  # warm up
+    scalar = min((w.run() for _ in range(2)), key=lambda r: r.seconds)
+    vector = min((w.run(vectorise=True) for _ in range(2)), key=lambda r: r.seconds)
+    assert scalar.bound_s == pytest.approx(0.088) and vector.bound_s == pytest.approx(0.028)
+    assert scalar.ratio > 0.95 and vector.ratio > 0.95 and scalar.seconds / vector.seconds > 1.8
+
+
+def test_a_stage_holding_the_gil_does_not_run_in_parallel():
+    """8 calls of 10 ms, 4 at once: sleeping ones overlap (limit 4x), pure-Python ones take turns (1x)."""
+    def seconds(stage, parallel):
+        ds = simulate.source(8).map(stage, num_parallel_calls=parallel)
+        best = []
+        for _ in range(2):
+            t0 = time.perf_counter()
+            assert sorted(int(v) for v in ds) == list(range(8))
+            best.append(time.perf_counter() - t0)
+        return min(best)
+
+    sleeps, computes = Stage(0.01, name="sleeps"), Stage(0.01, name="computes", holds_gil=True)
+    assert "holds_gil=True" in repr(computes) and "holds_gil" not in repr(sleeps)
+    t0 = time.thread_time()
+    _simparts._compute_in_python(0.01)
+    assert time.thread_time() - t0 >= 0.01  # CPU time, never less
+    assert seconds(sleeps, None) / seconds(sleeps, 4) > 2.0
+    assert seconds(computes, None) / seconds(computes, 4) < 1.6

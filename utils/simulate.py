@@ -4,19 +4,19 @@ One job: the sleep-based training loop that topics 07 and 08 both study. Every s
 fixed time, so results depend on how a pipeline overlaps work, not on how busy the CPU is
 (sleeping releases the GIL: stages run in parallel exactly when tf.data runs them in parallel).
 
-* :class:`Stage`: a ``Dataset.map`` function taking ``seconds`` per element (plus ``per_call_s``
-  per call, what a vectorised map pays once per batch); it computes ``fn`` and counts.
-* :class:`Device`: the accelerator, busy ``step_s`` per step, one step at a time.
-* :class:`Lanes`: the one recorder of :class:`TimelineEvent` ``(lane, start_s, end_s)``;
-  concurrent periods of a lane get slots (``decode #2``), so a lane never overlaps itself.
-* :func:`source`, :func:`feed`: a record source with honest options, and the training loop
-  that feeds a dataset to a device and returns a :class:`Run`.
-* :class:`Pipeline`: a pipeline described by stage costs and toggles; :class:`Workload` holds
-  its live parts, and ``Workload.run(**toggles)`` returns a :class:`Run` carrying the bound of
-  exactly what ran.
+* The parts (from :mod:`gpucourse._simparts`, used from here): :class:`Stage`, a ``Dataset.map``
+  function taking ``seconds`` per element plus ``per_call_s`` per call (what a vectorised map pays
+  once per batch), asleep or, with ``holds_gil=True``, computing in Python; :class:`Device`, the
+  accelerator, busy ``step_s`` per step, one step at a time; :class:`Lanes`, the one recorder of
+  :class:`TimelineEvent` ``(lane, start_s, end_s)``; :func:`source`, a record source with honest
+  options; :func:`feed`, the training loop, which returns a :class:`Run`.
+* :class:`Pipeline`: a pipeline described by stage costs and toggles (see ``TOGGLES``), optionally
+  batched (``batch``) and vectorised (``vectorise``: batch before the maps); :class:`Workload`
+  holds its live parts, and ``Workload.run(**toggles)`` returns a :class:`Run` carrying the bound
+  of exactly what ran.
 
-One model throughout: the **bound** is the shortest possible epoch (the first element through
-every stage, then one element per ``cost / parallelism`` of the slowest thread of work); the
+One model throughout: the **bound** is the shortest possible epoch (the first batch through
+every stage, then one batch per ``cost / parallelism`` of the slowest thread of work); the
 **ratio** is measured time over bound; **utilisation = steps x step time / time**, measured
 (``utilisation``) or at best (``best_utilisation``, nominal step time over the bound).
 Importing this module runs no TensorFlow code.
@@ -24,13 +24,12 @@ Importing this module runs no TensorFlow code.
 
 from __future__ import annotations
 
-import contextlib
-import threading
-import time
-from dataclasses import dataclass, field, replace
-from typing import Callable, Iterable, Mapping, NamedTuple, Sequence
+from dataclasses import dataclass, replace
+from typing import Callable, Iterable, Mapping
 
 from . import _validate
+from ._simparts import (AUGMENT_S, AUTOTUNE, DEVICE_LANE, LOAD_S, POOL_THREADS, STEP_S, STEPS, WAIT_LANE, Device,
+                        Lanes, Run, Stage, TimelineEvent, _flag, _parallel, _with_options, feed, source)
 from ._tf import tf as _tf
 
 __all__ = [
@@ -38,343 +37,29 @@ __all__ = [
     "Device", "Lanes", "Pipeline", "Run", "Stage", "TimelineEvent", "Workload", "feed", "source",
 ]
 
-#: Device time per training step (seconds).
-STEP_S = 0.02
-#: Time of the ``load`` stage per element (seconds).
-LOAD_S = 0.005
-#: Time of the ``augment`` stage per element (seconds).
-AUGMENT_S = 0.05
-#: Steps per measurement: long enough for a steady state, short enough to stay under ~2 s.
-STEPS = 24
-#: Threads tf.data may use for simulated stages. A sleeping stage blocks a thread without
-#: using a core, and TensorFlow's default pool has only one thread per core.
-POOL_THREADS = 16
-#: ``tf.data.AUTOTUNE`` (its value, so that using it needs no TensorFlow import).
-AUTOTUNE = -1
-
 #: What a :class:`Pipeline` lets you switch, without changing its costs.
-TOGGLES = ("parallel", "interleave", "prefetch", "cache", "threads", "tf_rewrites")
-WAIT_LANE = "waiting for input"
-DEVICE_LANE = "device"
+TOGGLES = ("parallel", "interleave", "prefetch", "cache", "threads", "tf_rewrites", "vectorise")
 
 
-def _parallel(name: str, value):
-    """None (a sequential map), a whole number >= 1, or AUTOTUNE (-1)."""
-    if value is None or (type(value) is int and value == AUTOTUNE):
-        return value
-    return _validate.whole(name, value, 1, what="num_parallel_calls: None, a number >= 1 or tf.data.AUTOTUNE")
-
-
-def _lanes(lanes):
-    if lanes is not None and not isinstance(lanes, Lanes):
-        raise TypeError(f"lanes must be a gpucourse.simulate.Lanes or None, got {type(lanes).__name__}")
-    return lanes
-
-
-def _flag(name: str, value) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"{name} must be True or False, got {value!r}")
-    return value
-
-
-# --------------------------------------------------------------------------- the recorder
-
-
-class TimelineEvent(NamedTuple):
-    """One busy period: ``lane`` (e.g. ``"decode #2"``) from ``start_s`` to ``end_s`` (perf_counter seconds)."""
-
-    lane: str
-    start_s: float
-    end_s: float
-
-    @property
-    def seconds(self) -> float:
-        return self.end_s - self.start_s
-
-
-class Lanes:
-    """Who was busy when: ``with lanes.busy("decode"): ...`` records one period in the lowest free slot."""
-
-    def __init__(self, order: Sequence[str] = ()):
-        self._lock = threading.Lock()
-        self._order = list(order)
-        self.reset()
-
-    def reset(self) -> None:
-        """Forget every recorded period."""
-        with self._lock:
-            self._raw: list[tuple[str, int, float, float]] = []
-            self._taken: dict[str, set] = {}
-
-    @contextlib.contextmanager
-    def busy(self, lane: str):
-        """Record the ``with`` block as one busy period of ``lane``."""
-        with self._lock:
-            taken = self._taken.setdefault(lane, set())
-            slot = min(set(range(len(taken) + 1)) - taken)
-            taken.add(slot)
-            if lane not in self._order:
-                self._order.append(lane)
-        t0 = time.perf_counter()
-        try:
-            yield
-        finally:
-            with self._lock:
-                taken.discard(slot)
-                self._raw.append((lane, slot, t0, time.perf_counter()))
-
-    def record(self, lane: str, start_s: float, end_s: float) -> None:
-        """Record a period measured elsewhere (a wait; it never overlaps another of its lane)."""
-        with self._lock:
-            self._raw.append((lane, 0, start_s, end_s))
-            if lane not in self._order:
-                self._order.append(lane)
-
-    def events(self, since: float | None = None, until: float | None = None) -> list[TimelineEvent]:
-        """Periods ending after ``since`` and starting before ``until``, lane by lane; ``"decode #2"`` is a
-        second decode running at once (a lane that never ran twice at once keeps its plain name)."""
-        with self._lock:
-            raw = [e for e in self._raw if (since is None or e[3] >= since) and (until is None or e[2] <= until)]
-            order = {lane: i for i, lane in enumerate(self._order)}
-        slots = {}
-        for lane, slot, _, _ in raw:
-            slots[lane] = max(slots.get(lane, 0), slot + 1)
-        raw.sort(key=lambda e: (order.get(e[0], len(order)), e[1], e[2]))
-        return [TimelineEvent(f"{lane} #{slot + 1}" if slots[lane] > 1 else lane, t0, t1)
-                for lane, slot, t0, t1 in raw]
-
-
-
-# --------------------------------------------------------------------------- stages and the device
-
-
-class Stage:
-    """A ``Dataset.map`` function: sleeps ``per_call_s + seconds x elements``, then maps each element by ``fn``.
-
-    ``fn`` (int -> int; None keeps the value) makes a skipped stage visible in the values.
-    ``elements`` counts records and ``calls`` invocations (a batch is one call), thread-safely.
-    """
-
-    def __init__(self, seconds: float, fn: Callable[[int], int] | None = None, name: str = "stage", *,
-                 per_call_s: float = 0.0, lanes: Lanes | None = None):
-        self.seconds = _validate.seconds("seconds", seconds)
-        self.per_call_s = _validate.seconds("per_call_s", per_call_s)
-        if fn is not None:
-            _validate.callable_("fn", fn)
-        self.fn = fn
-        self.name = _validate.text("name", name)
-        self.lanes = _lanes(lanes)
-        self._lock = threading.Lock()
-        self.reset()
-
-    def reset(self) -> None:
-        """Zero the counters."""
-        with self._lock:
-            self.elements = 0
-            self.calls = 0
-
-    def _work(self, values):
-        import numpy as np
-
-        values = np.asarray(values)
-        k = int(values.size)
-        with self._lock:
-            self.elements += k
-            self.calls += 1
-        seconds = self.per_call_s + self.seconds * k
-        with self.lanes.busy(self.name) if self.lanes is not None else contextlib.nullcontext():
-            if seconds > 0:
-                time.sleep(seconds)
-        if self.fn is None:
-            return values.astype(np.int64)
-        flat = [int(self.fn(int(v))) for v in values.reshape(-1)]
-        return np.asarray(flat, dtype=np.int64).reshape(values.shape)
-
-    def __call__(self, x):
-        """The stage as a TensorFlow function of an int64 scalar or batch (use it in ``Dataset.map``)."""
-        tf = _tf()
-        x = tf.convert_to_tensor(x)
-        y = tf.py_function(self._work, [x], tf.int64, name=self.name.replace(" ", "_"))
-        y.set_shape(x.shape)
-        return y
-
-    def __repr__(self) -> str:
-        return f"Stage({self.name!r}, seconds={self.seconds}, elements={self.elements}, calls={self.calls})"
-
-
-class Device:
-    """The accelerator: ``run(batch)`` is busy ``step_s`` (a sleep, like a host thread waiting for a GPU
-    kernel, so it does not depend on the CPU load), one step at a time; ``spans`` says when."""
-
-    def __init__(self, step_s: float = STEP_S, lanes: Lanes | None = None):
-        self.step_s = _validate.seconds("step_s", step_s, allow_zero=True)
-        self.lanes = _lanes(lanes) or Lanes([WAIT_LANE, DEVICE_LANE])
-        self._lock = threading.Lock()
-        self.reset()
-
-    def reset(self) -> None:
-        """Forget all recorded steps."""
-        self.spans: list[tuple[float, float]] = []
-        self.busy_since: float | None = None  # when the step in progress started
-
-    def run(self, batch=None):
-        """One training step on ``batch``: occupies the device for ``step_s``; returns ``batch``."""
-        with self._lock:
-            with self.lanes.busy(DEVICE_LANE):
-                t0 = self.busy_since = time.perf_counter()
-                if self.step_s > 0:
-                    time.sleep(self.step_s)
-                t1 = time.perf_counter()
-            self.spans.append((t0, t1))
-            self.busy_since = None
-        return batch
-
-    @property
-    def steps(self) -> int:
-        return len(self.spans)
-
-    def __repr__(self) -> str:
-        return f"Device(step_s={self.step_s}, steps_run={self.steps})"
-
-
-def source(n: int = STEPS, values: Sequence[int] | None = None, *, threads: int | None = POOL_THREADS,
-           honest: bool = True):
-    """A cheap source of int64 scalars, ``range(n)`` or ``values``, with options for every pipeline built on it.
-
-    ``threads``: a private tf.data pool (None: TensorFlow's default, one thread per core, which caps
-    sleeping stages). ``honest``: turn off TF 2.21's injected final prefetch and automatic
-    parallelisation of stateless maps, so an unoptimised pipeline is honestly unoptimised.
-    """
-    tf = _tf()
-    if values is None:
-        ds = tf.data.Dataset.range(_validate.whole("n", n))
-    else:
-        if not isinstance(values, Iterable) or isinstance(values, (str, bytes)):
-            raise TypeError(f"values must be a list of whole numbers, got {type(values).__name__}")
-        if not (values := list(values)):
-            raise ValueError("values must not be empty: give at least one record")
-        values = [_validate.whole("each value", v, None) for v in values]
-        ds = tf.data.Dataset.from_tensor_slices(tf.constant(values, tf.int64))
-    return _with_options(ds, threads, _flag("honest", honest))
-
-
-def _with_options(ds, threads, honest: bool):
-    tf = _tf()
-    options = tf.data.Options()
-    if threads is not None:
-        options.threading.private_threadpool_size = _validate.whole("threads", threads, 1)
-    if honest:
-        options.experimental_optimization.inject_prefetch = False
-        options.experimental_optimization.map_parallelization = False
-    return ds.with_options(options)
-
-
-# --------------------------------------------------------------------------- a run
-
-
-def _plain(value):
-    if hasattr(value, "numpy"):
-        value = value.numpy()
-    if hasattr(value, "tolist"):
-        value = value.tolist()
-    return value
-
-
-@dataclass
-class Run:
-    """One epoch fed to a device: its waits and steps, and (from ``Workload.run``) the bound of what ran.
-
-    ``seconds`` runs from asking for the first element to the end of the last step.
-    """
-
-    steps: int
-    step_s: float
-    waits: list = field(repr=False)
-    spans: list = field(repr=False)
-    values: list = field(default_factory=list, repr=False)
-    timeline: list = field(default_factory=list, repr=False)
-    bound_s: float | None = None
-
-    seconds = property(lambda self: self.spans[-1][1] - self.waits[0][0])
-    #: Measured device time (one step at a time: spans never overlap, so it is their sum).
-    busy_s = property(lambda self: sum(e - s for s, e in self.spans))
-    #: The wait for the first element: latency no pipeline can hide.
-    startup_s = property(lambda self: self.waits[0][1] - self.waits[0][0])
-
-    @property
-    def utilisation(self) -> float:
-        """Steps x step time / time, measured over the whole run (0-1)."""
-        return self.busy_s / self.seconds if self.seconds > 0 else 1.0
-
-    @property
-    def steady_utilisation(self) -> float:
-        """The same after the first step: from the end of step 1 to the end of the last (startup excluded)."""
-        if self.steps < 2:
-            return self.utilisation
-        window = self.spans[-1][1] - self.spans[0][1]
-        return sum(e - s for s, e in self.spans[1:]) / window if window > 0 else 1.0
-
-    @property
-    def ratio(self) -> float | None:
-        """Measured time over the bound (1.00: no pipeline could do better); None without a bound."""
-        return None if self.bound_s is None else self.seconds / self.bound_s
-
-    @property
-    def best_utilisation(self) -> float | None:
-        """Steps x step time / bound: the most this run could have been busy; None without a bound."""
-        if self.bound_s is None:
-            return None
-        return min(1.0, self.steps * self.step_s / self.bound_s) if self.bound_s > 0 else 1.0
-
-    def __str__(self) -> str:
-        from .timing import format_seconds
-
-        text = (f"{self.steps} steps in {format_seconds(self.seconds)}: device busy {self.utilisation:.0%} "
-                f"({self.steady_utilisation:.0%} after the first step, which waited {format_seconds(self.startup_s)})")
-        if self.bound_s is not None:
-            text += (f"; bound {format_seconds(self.bound_s)}, ratio {self.ratio:.2f}x, "
-                     f"best utilisation {self.best_utilisation:.0%}")
-        return text
-
-
-def feed(dataset: Iterable, device: Device | None = None, *, step_s: float = STEP_S, steps: int | None = None,
-         keep_values: bool = True) -> Run:
-    """The training loop: one element of ``dataset`` (any iterable) per step of ``device`` (default: a new
-    one with ``step_s``; its earlier steps are forgotten), for ``steps`` steps or the whole dataset.
-    ``keep_values`` keeps the elements, as Python values, in ``run.values``."""
-    if device is None:
-        device = Device(step_s)
-    elif not isinstance(device, Device):
-        raise TypeError(f"device must be a gpucourse.simulate.Device or None, got {type(device).__name__}")
-    if steps is not None:
-        steps = _validate.whole("steps", steps)
-    _flag("keep_values", keep_values)
-    try:
-        it = iter(dataset)
-    except TypeError:
-        raise TypeError(f"dataset must be iterable (e.g. a tf.data.Dataset), got {type(dataset).__name__}") from None
-    device.reset()
-    waits, values = [], []
-    t_start = t_ask = time.perf_counter()
-    while steps is None or device.steps < steps:
-        try:
-            batch = next(it)
-        except StopIteration:
-            break
-        t_got = time.perf_counter()
-        waits.append((t_ask, t_got))
-        device.lanes.record(WAIT_LANE, t_ask, t_got)
-        if keep_values:
-            values.append(_plain(batch))
-        device.run(batch)
-        t_ask = time.perf_counter()
-    if not device.spans:
-        raise ValueError("the dataset produced no elements: nothing to feed the device")
-    return Run(device.steps, device.step_s, waits, list(device.spans), values,
-               device.lanes.events(since=t_start, until=device.spans[-1][1]))
+def _per_stage(name: str, value, names: list, check: Callable):
+    """One value for every stage, or a ``{stage: value}`` dict (missing stages get ``check(None)``'s default),
+    normalised to a tuple of ``(stage, value)`` pairs in stage order."""
+    if isinstance(value, tuple) and value and all(isinstance(x, tuple) for x in value):  # normalised already
+        values = {v for _, v in value}
+        value = values.pop() if len(values) == 1 else dict(value)  # one value for all: keep it for new stages
+    if isinstance(value, Mapping):
+        if set(value) - set(names):
+            raise ValueError(f"{name} names unknown stage(s) {sorted(set(value) - set(names))}; "
+                             f"the stages are {names}")
+        return tuple((stage, check(f"{name}[{stage!r}]", value.get(stage))) for stage in names)
+    return tuple((stage, check(name, value)) for stage in names)
 
 
 # --------------------------------------------------------------------------- a pipeline and its bound
+
+
+def _call_s(name: str, value):
+    return 0.0 if value is None else _validate.seconds(name, value)
 
 
 @dataclass(frozen=True)
@@ -383,12 +68,15 @@ class Pipeline:
 
     Records ``0 .. n-1`` are read (``read_s`` each, one after another within each of ``shards``
     shards), mapped through ``stages`` (``(name, seconds_per_element)`` pairs, each computing
-    ``2 * v + 1``) and fed to a device busy ``step_s`` per element. The toggles (see ``TOGGLES``):
+    ``2 * v + 1``; each call of a map also costs ``per_call_s``: one value, or a ``{stage: seconds}``
+    dict) and fed to a device busy ``step_s`` per step: one step per element, or per batch of
+    ``batch`` elements (``batch``, after the maps and the cache). The toggles (see ``TOGGLES``):
     ``parallel`` (``num_parallel_calls`` of the maps: None for sequential maps, a number or
     ``AUTOTUNE`` for all, or a ``{stage: value}`` dict), ``interleave`` (read that many shards at
     once), ``cache`` (after the last map), ``prefetch`` (``prefetch(AUTOTUNE)`` at the end),
-    ``threads`` (tf.data's private pool; None: one thread per core) and ``tf_rewrites`` (keep TF's
-    injected prefetch and map parallelisation; off, so that every overlap is one you asked for).
+    ``threads`` (tf.data's private pool; None: one thread per core), ``tf_rewrites`` (keep TF's
+    injected prefetch and map parallelisation; off, so that every overlap is one you asked for) and
+    ``vectorise`` (batch *before* the maps, so each map runs once per batch; needs ``batch``).
     """
 
     stages: tuple = (("load", LOAD_S), ("augment", AUGMENT_S))
@@ -402,6 +90,9 @@ class Pipeline:
     cache: bool = False
     threads: int | None = POOL_THREADS
     tf_rewrites: bool = False
+    batch: int | None = None
+    vectorise: bool = False
+    per_call_s: object = 0.0
 
     def __post_init__(self):
         stages = self.stages
@@ -426,30 +117,38 @@ class Pipeline:
         if self.n % self.shards:
             raise ValueError(f"n={self.n} records cannot be split evenly over shards={self.shards}; "
                              "pick n as a multiple of shards")
-        par = self.parallel
-        if isinstance(par, tuple) and par and all(isinstance(x, tuple) for x in par):  # normalised already
-            par = dict(par)
-        if isinstance(par, Mapping):
-            if set(par) - set(names):
-                raise ValueError(f"parallel names unknown stage(s) {sorted(set(par) - set(names))}; "
-                                 f"the stages are {names}")
-            par = tuple((name, _parallel(f"parallel[{name!r}]", par.get(name))) for name in names)
-        else:
-            par = tuple((name, _parallel("parallel", par)) for name in names)
-        object.__setattr__(self, "parallel", par)
+        object.__setattr__(self, "parallel", _per_stage("parallel", self.parallel, names, _parallel))
+        object.__setattr__(self, "per_call_s", _per_stage("per_call_s", self.per_call_s, names, _call_s))
         if self.interleave is not None:
             _validate.whole("interleave", self.interleave)
-        for flag in ("prefetch", "cache", "tf_rewrites"):
+        for flag in ("prefetch", "cache", "tf_rewrites", "vectorise"):
             _flag(flag, getattr(self, flag))
         if self.threads is not None:
             _validate.whole("threads", self.threads)
+        if self.batch is not None:
+            _validate.whole("batch", self.batch)
+            if self.n % self.batch:
+                raise ValueError(f"n={self.n} records do not make whole batches of batch={self.batch}; "
+                                 "pick n as a multiple of batch")
+        if self.vectorise and self.batch is None:
+            raise ValueError("vectorise=True batches before the maps, so it needs a batch size: set batch too")
 
     #: Whether records are read (a read stage) or come straight from memory.
     reads = property(lambda self: self.read_s > 0 or self.shards > 1)
+    #: Training steps per epoch (one per batch, or per element without ``batch``).
+    steps = property(lambda self: self.n // (self.batch or 1))
 
     def parallel_of(self, stage: str):
         """``num_parallel_calls`` of one stage (None: a sequential map)."""
         return dict(self.parallel)[stage]
+
+    def call_s_of(self, stage: str) -> float:
+        """The fixed cost of one call of a stage's map (seconds)."""
+        return dict(self.per_call_s)[stage]
+
+    def bound(self, warm: bool = False) -> float:
+        """The shortest possible epoch of this pipeline, in seconds (``warm``: served by a full cache)."""
+        return _bound_s(self, _flag("warm", warm))
 
     def replace(self, **changes) -> "Pipeline":
         """A copy with some fields changed, e.g. ``p.replace(prefetch=True)``."""
@@ -468,37 +167,52 @@ class Pipeline:
 
 
 def _bound_s(p: Pipeline, warm: bool = False) -> float:
-    """Shortest possible epoch of ``p``: fill + (n - 1) x the slowest thread of work per element.
+    """Shortest possible epoch of ``p``: the first batch through every stage, then ``steps - 1`` batches at
+    the pace of the slowest thread of work.
 
-    Work that runs in one thread adds up; a parallel map (or parallel interleave)
-    is its own thread of work, ``k`` elements at a time, and so is the work
-    before a prefetch. Whatever has no thread of its own runs in the training
-    loop, with the step. ``warm``: a full cache replays the maps for free.
+    Work that runs in one thread adds up; a parallel map (or parallel interleave) is its own thread of
+    work, ``k`` items at a time (items are elements, or batches for a vectorised map), and so is the work
+    before a prefetch. Whatever has no thread of its own runs in the training loop, with the step. The
+    first batch needs its ``b`` elements through the per-element work (one element through every stage,
+    then ``b - 1`` more at the slowest per-element pace), then the per-batch work once, then its step.
+    ``warm``: a full cache replays the reads and maps for free. Without ``batch``, ``b = 1``.
     """
-    n, fill = p.n, p.step_s
-    units, current = [], 0.0
+    b, m = p.batch or 1, p.steps
+    # each thread of work: [seconds per element, seconds per batch, parallelism over elements or batches]
+    units, current = [], [0.0, 0.0]
+    fill_elements = fill_batches = 0.0
+
+    def close(k=1):
+        if current[0] or current[1]:
+            units.append((current[0], current[1], k))
+        current[:] = [0.0, 0.0]
+
     if not (warm and p.cache):
         if p.reads:
-            fill += p.read_s
+            fill_elements += p.read_s
             if p.interleave is not None:
-                units.append((p.read_s, min(p.interleave, p.shards)))
+                units.append((p.read_s, 0.0, min(p.interleave, p.shards)))
             else:
-                current += p.read_s
+                current[0] += p.read_s
         for name, seconds in p.stages:
-            fill += seconds
-            k = p.parallel_of(name)
+            k, call = p.parallel_of(name), p.call_s_of(name)
+            per_batch = p.vectorise  # one call per batch: per-call cost once, per-element cost b times
+            cost = (0.0, call + b * seconds) if per_batch else (seconds + call, 0.0)
+            fill_elements += cost[0]
+            fill_batches += cost[1]
             if k is None:
-                current += seconds
+                current[0] += cost[0]
+                current[1] += cost[1]
             else:
-                if current:
-                    units.append((current, 1))
-                units.append((seconds, n if k == AUTOTUNE else min(k, n)))
-                current = 0.0
+                close()
+                items = m if per_batch else p.n
+                units.append((*cost, items if k == AUTOTUNE else min(k, items)))
     if p.prefetch or p.tf_rewrites:
-        units.append((current, 1))
-        current = 0.0
-    units.append((current + p.step_s, 1))
-    return fill + (n - 1) * max(t / k for t, k in units)
+        close()
+    units.append((current[0], current[1] + p.step_s, 1))  # the training loop's thread
+    element_pace = max([e / k for e, _, k in units if e > 0], default=0.0)
+    fill = fill_elements + (b - 1) * element_pace + fill_batches + p.step_s
+    return fill + (m - 1) * max((b * e + t) / k for e, t, k in units)
 
 
 class Workload:
@@ -518,8 +232,8 @@ class Workload:
         self.pipeline = pipeline
         self.lanes = Lanes(["read"] + [name for name, _ in pipeline.stages] + [WAIT_LANE, DEVICE_LANE])
         self.read = Stage(pipeline.read_s, None, "read", lanes=self.lanes)
-        self.stages = {name: Stage(s, fns.get(name, lambda v: 2 * v + 1), name, lanes=self.lanes)
-                       for name, s in pipeline.stages}
+        self.stages = {name: Stage(s, fns.get(name, lambda v: 2 * v + 1), name, lanes=self.lanes,
+                                   per_call_s=pipeline.call_s_of(name)) for name, s in pipeline.stages}
         self.device = Device(pipeline.step_s, self.lanes)
         self.delivered: list[int] = []
         self._steps = 0
@@ -574,7 +288,8 @@ class Workload:
         return shards.interleave(shard, cycle_length=k, num_parallel_calls=k)
 
     def build(self, **toggles):
-        """The pipeline's dataset, with :class:`Pipeline` toggles changed (``parallel=4``, ``prefetch=True``...)."""
+        """The pipeline's dataset, with :class:`Pipeline` toggles changed (``parallel=4``, ``prefetch=True``...):
+        ``source``, ``batch`` if vectorised, the maps, ``cache``, ``batch`` otherwise, ``prefetch``."""
         return self._build(**toggles)[0]
 
     def _build(self, **toggles):
@@ -584,14 +299,24 @@ class Workload:
         p = self.pipeline.replace(**toggles)
         tf = _tf()
         ds = self.source(interleave=p.interleave)
+        if p.vectorise:
+            ds = ds.batch(p.batch)
         for name, _ in p.stages:
             k = p.parallel_of(name)
             ds = ds.map(self.stages[name]) if k is None else ds.map(self.stages[name], num_parallel_calls=k)
         if p.cache:
             ds = ds.cache()
+        if p.batch is not None and not p.vectorise:
+            ds = ds.batch(p.batch)
         if p.prefetch:
             ds = ds.prefetch(tf.data.AUTOTUNE)
-        return _with_options(ds, p.threads, honest=not p.tf_rewrites), p
+        ds = _with_options(ds, p.threads, honest=not p.tf_rewrites)
+        if p.batch is not None and not p.tf_rewrites:
+            # TF fuses map + batch into one op that maps ahead in a thread of its own: a hidden prefetch
+            options = tf.data.Options()
+            options.experimental_optimization.map_and_batch_fusion = False
+            ds = ds.with_options(options)
+        return ds, p
 
     def train(self, dataset, steps: int | None = None) -> Run:
         """One epoch of ``dataset`` on the device; the values it delivered go to ``delivered`` (flattened)."""

@@ -256,6 +256,28 @@ def _structure(ds) -> list:
 MIX = 0.9  # a full shuffle moves some record at least this share of the data ahead of where it was read
 
 
+def _batches(epoch) -> list[list]:
+    """One epoch's flattened order cut back into its batches."""
+    out, i = [], 0
+    for size in epoch["sizes"]:
+        out.append(epoch["order"][i:i + size])
+        i += size
+    return out
+
+
+def _whole_batches_shuffled(epochs, read_index) -> bool:
+    """True when every batch of every epoch holds records read one after another (so only whole batches
+    moved) and yet some epoch is not in reading order: a shuffle placed after batch. (A full shuffle
+    before batch makes a batch of 5+ neighbours with chance < 1e-9.)"""
+    moved = False
+    for e in epochs:
+        batches = [[read_index(v) for v in batch] for batch in _batches(e)]
+        if any(len(b) > 1 and sorted(b) != list(range(min(b), min(b) + len(b))) for b in batches):
+            return False
+        moved = moved or [r for b in batches for r in b] != sorted(r for b in batches for r in b)
+    return moved
+
+
 @item("q4", points=3, title="epoch_pipeline decodes once, reshuffles every epoch and ends with a prefetch")
 class q4:
     def cases(rng):
@@ -289,6 +311,10 @@ class q4:
             raise Fail(f"epoch_pipeline(source, decode, {batch}) should return a tf.data.Dataset, got a {seen['type']}")
         want = _decoded(case)
         want_sizes = [batch] * (n // batch) + ([n % batch] if n % batch else [])
+        if _whole_batches_shuffled(seen["epochs"], lambda v: (v - b) // a):
+            raise Fail(f"every batch holds {batch} records that were read one after another: the shuffle came "
+                       "after batch, so it shuffles whole batches and the same records stay together every epoch. "
+                       "Shuffle the records first, then batch them")
         for i, e in enumerate(seen["epochs"]):
             if e["sizes"] != want_sizes:
                 raise Fail(f"with {n} records and batch_size={batch}, epoch {i + 1} should have batch sizes "
@@ -318,3 +344,78 @@ class q4:
                        "Add .prefetch(tf.data.AUTOTUNE) as the last step")
         if last_size == 0:
             raise Fail("the final prefetch has a buffer of 0, which prefetches nothing: use tf.data.AUTOTUNE")
+
+
+# --------------------------------------------------------------------------- q5
+
+NOISE = 1000  # augment(v) = NOISE * v + a random offset in [0, NOISE)
+
+
+@item("q5", points=2, title="augmented_pipeline decodes once and augments afresh every epoch")
+class q5:
+    def cases(rng):
+        n = rng.randint(150, 250)
+        batch = rng.choice([b for b in range(4, 13) if n % b])
+        return [{"n": n, "batch": batch, "a": rng.randint(2, 9), "b": rng.randint(-50, 50)}]
+
+    def observe(ns, case):
+        import random
+
+        import tensorflow as tf
+
+        from gpucourse import simulate
+
+        a, b = case["a"], case["b"]
+        noise = random.Random()  # the augmentation's own randomness, fresh at every call
+        decode = simulate.Stage(0.0, lambda v: a * v + b, "decode")
+        augment = simulate.Stage(0.0, lambda v: NOISE * v + noise.randrange(NOISE), "augment")
+        fn = ns.function("augmented_pipeline")
+        ds = fn(tf.data.Dataset.range(case["n"]), decode, augment, case["batch"])
+        if not isinstance(ds, tf.data.Dataset):
+            return {"type": type(ds).__name__}
+        epochs = []
+        for _ in range(3):
+            sizes, order = [], []
+            for element in ds:
+                values = element.numpy().reshape(-1).tolist()
+                sizes.append(len(values))
+                order.extend(values)
+            epochs.append({"sizes": sizes, "order": order})
+        return {"type": "Dataset", "epochs": epochs, "decodes": decode.elements, "augments": augment.elements,
+                "structure": _structure(ds)}
+
+    def judge(case, seen):
+        n, batch, a, b = case["n"], case["batch"], case["a"], case["b"]
+        call = f"augmented_pipeline(source, decode, augment, {batch})"
+        if seen["type"] != "Dataset":
+            raise Fail(f"{call} should return a tf.data.Dataset, got a {seen['type']}")
+        want_sizes = [batch] * (n // batch) + ([n % batch] if n % batch else [])
+        decoded = _decoded(case)
+        epochs = seen["epochs"]
+        for i, e in enumerate(epochs):
+            if e["sizes"] != want_sizes:
+                raise Fail(f"with {n} records and batch_size={batch}, epoch {i + 1} should have batch sizes "
+                           f"{_sizes(want_sizes)}, got {_sizes(e['sizes'])}")
+            got = sorted(v // NOISE for v in e["order"])  # augment(decode(r)) = NOISE * decode(r) + noise
+            if got != decoded:
+                raise Fail(f"epoch {i + 1} should deliver augment(decode(r)) for every record r once. Take away "
+                           f"augment's random offset and the values should be the decoded records "
+                           f"{_sample(decoded)}, but they are {_sample(got)}. Decode first, then augment, once each")
+        if seen["decodes"] != n:
+            raise Fail(f"over 3 epochs of {n} records decode ran {seen['decodes']} times; cache its results so "
+                       f"it runs {n} times, once per record")
+        first = {v // NOISE: v % NOISE for v in epochs[0]["order"]}
+        same = sum(first[v // NOISE] == v % NOISE for v in epochs[1]["order"])
+        if same > n // 2:
+            raise Fail(f"{same} of {n} records came out of augment with the same random offset in epochs 1 and 2 "
+                       f"(augment ran {seen['augments']} times in 3 epochs): the augmentation is frozen. A cache "
+                       "after augment replays its first results; put augment after the cache")
+        if epochs[0]["order"] and [v // NOISE for v in epochs[0]["order"]] == [v // NOISE for v in epochs[1]["order"]]:
+            raise Fail("epochs 1 and 2 delivered the records in the same order: shuffle every epoch, after the "
+                       "cache (a shuffle before the cache is replayed with it)")
+        chain = [(name, size) for name, size in seen["structure"] if "Options" not in name]
+        last_name, last_size = chain[0] if chain else ("nothing", None)
+        if "Prefetch" not in last_name or last_size == 0:
+            raise Fail(f"the pipeline should end with .prefetch(tf.data.AUTOTUNE), so the next batch is prepared "
+                       f"while the accelerator trains; it ends with "
+                       f"{last_name.strip('_').replace('Dataset', '') or last_name}")
