@@ -145,3 +145,61 @@ def test_explorer_widget_measures_on_click():
     button.click()
     assert result.value.startswith("utilisation: ") and "% with 4 parallel calls" in result.value
     assert not button.disabled
+
+
+@pytest.mark.parametrize("count, env, found", [
+    (1, {}, []),
+    (2, {}, ["PCI bus order"]),
+    (2, {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}, []),
+    (2, {"CUDA_DEVICE_ORDER": "pci_bus_id "}, []),
+    (1, {"CUDA_VISIBLE_DEVICES": "1"}, ["CUDA_VISIBLE_DEVICES='1'"]),
+    (3, {"CUDA_VISIBLE_DEVICES": "2,0"}, ["PCI bus order", "renumbers TensorFlow's GPUs but not NVML's"]),
+    (0, {"CUDA_VISIBLE_DEVICES": "0"}, []),
+])
+def test_gpu_numbering_note(count, env, found):
+    note = monitor.gpu_numbering_note(count, env)
+    assert (note == "") == (not found)
+    for text in found:
+        assert text in note and note.startswith("GPU n (NVML) may not be TensorFlow's /GPU:n")
+
+
+def test_gpu_numbering_note_bad_input():
+    with pytest.raises(ValueError, match="gpu_count"):
+        monitor.gpu_numbering_note(-1, {})
+    with pytest.raises(TypeError, match="environ"):
+        monitor.gpu_numbering_note(2, ["CUDA_DEVICE_ORDER"])
+
+
+def test_monitor_shows_the_numbering_note_for_default_sources(monkeypatch):
+    monkeypatch.setattr(monitor, "default_sources", lambda: {"GPU 0 (NVML)": lambda: 5.0, "GPU 1 (NVML)": lambda: 7.0})
+    monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    mon = monitor.UtilisationMonitor(interval_s=0.05, use_widgets=False)
+    mon.sample()
+    assert mon.to_text().splitlines()[0].startswith("GPU n (NVML) may not be")
+    assert "PCI bus order" in mon.to_text()
+    assert monitor.UtilisationMonitor({"x": lambda: 1.0}, use_widgets=False).note == ""
+
+
+def test_utilisation_readings_nvml_counts_any_kernel():
+    # back-to-back kernels on 1 of 40 SMs: NVML reads 100%, the SMs are 2.5% busy
+    tiny = [(i * 0.01, (i + 1) * 0.01, 1) for i in range(100)]
+    assert monitor.utilisation_readings(tiny, 0.0, 1.0, 40) == pytest.approx({"nvml": 1.0, "sm": 0.025})
+    # full-GPU kernels half the time, two of them overlapping, one partly outside the window
+    full = [(0.0, 0.3, 40), (0.2, 0.4, 40), (0.9, 1.5, 40)]
+    got = monitor.utilisation_readings(full, 0.0, 1.0, 40)
+    assert got["nvml"] == pytest.approx(0.5) and got["sm"] == pytest.approx(0.6)  # SM-time adds up: (0.3 + 0.2 + 0.1) x 40
+    assert monitor.utilisation_readings([], 0.0, 2.0, 80) == {"nvml": 0.0, "sm": 0.0}
+
+
+@pytest.mark.parametrize("args, exc, match", [
+    (([], 1.0, 1.0, 40), ValueError, "window is empty"),
+    (([], 0.0, 1.0, 0), ValueError, "sm_count"),
+    (("kernels", 0.0, 1.0, 40), TypeError, "kernels"),
+    (([(0.0, 1.0)], 0.0, 1.0, 40), TypeError, r"kernels\[0\]"),
+    (([(0.0, 1.0, 41)], 0.0, 1.0, 40), ValueError, "sms_used"),
+    (([(1.0, 0.5, 1)], 0.0, 1.0, 40), ValueError, "end"),
+])
+def test_utilisation_readings_bad_input(args, exc, match):
+    with pytest.raises(exc, match=match):
+        monitor.utilisation_readings(*args)

@@ -7,6 +7,10 @@ One job, watching how busy the hardware is while something runs:
   to text (with a :func:`sparkline`) without ipywidgets. :func:`default_sources`
   picks NVML for each NVIDIA GPU, else the CPU load; :func:`device_source`
   turns a :class:`gpucourse.simulate.Device` into a source.
+* What the numbers mean: :func:`utilisation_readings` computes, for kernels
+  you describe, NVML's reading (the share of time *any* kernel ran) next to the
+  share of the GPU's SMs they kept busy; :func:`gpu_numbering_note` says when
+  NVML's GPU numbers differ from TensorFlow's.
 * :func:`utilisation_explorer` is a widget that measures the simulated capstone
   pipeline at the parallelism you pick; :func:`utilisation_view` is its pure
   update function (usable with :mod:`gpucourse.explore`).
@@ -17,6 +21,7 @@ never imports TensorFlow.
 
 from __future__ import annotations
 
+import os
 import statistics
 import threading
 import time
@@ -25,8 +30,8 @@ from typing import Callable, Mapping, Sequence
 from . import _validate
 from .simulate import AUGMENT_S, LOAD_S, STEP_S, STEPS, Device, Pipeline
 
-__all__ = ["UtilisationMonitor", "default_sources", "device_source", "sparkline", "utilisation_explorer",
-           "utilisation_view"]
+__all__ = ["UtilisationMonitor", "default_sources", "device_source", "gpu_numbering_note", "sparkline",
+           "utilisation_explorer", "utilisation_readings", "utilisation_view"]
 
 _SPARK = "▁▂▃▄▅▆▇█"
 
@@ -104,6 +109,68 @@ def default_sources() -> dict[str, Callable[[], float]]:
     return sources
 
 
+def gpu_numbering_note(gpu_count: int, environ: Mapping[str, str] | None = None) -> str:
+    """Why ``GPU n (NVML)`` may not be TensorFlow's ``/GPU:n``, or ``""`` when they agree.
+
+    NVML (and ``nvidia-smi``) numbers GPUs in PCI bus order and sees every GPU. CUDA, and so TensorFlow,
+    numbers them fastest first unless ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` is set before TensorFlow starts, and
+    only counts the ones ``CUDA_VISIBLE_DEVICES`` lists, in that list's order.
+    """
+    gpu_count = _validate.whole("gpu_count", gpu_count, 0)
+    env = os.environ if environ is None else environ
+    if not isinstance(env, Mapping):
+        raise TypeError(f"environ must be a dict of environment variables or None, got {type(env).__name__}")
+    reasons = []
+    if gpu_count > 1 and env.get("CUDA_DEVICE_ORDER", "").strip().upper() != "PCI_BUS_ID":
+        reasons.append("NVML numbers GPUs in PCI bus order, CUDA (and TensorFlow) fastest first unless "
+                       "CUDA_DEVICE_ORDER=PCI_BUS_ID is set before TensorFlow starts")
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if gpu_count > 0 and visible is not None:
+        reasons.append(f"CUDA_VISIBLE_DEVICES={visible!r} renumbers TensorFlow's GPUs but not NVML's")
+    if not reasons:
+        return ""
+    return "GPU n (NVML) may not be TensorFlow's /GPU:n: " + "; ".join(reasons) + "."
+
+
+def utilisation_readings(kernels: Sequence, start_s: float, end_s: float, sm_count: int) -> dict[str, float]:
+    """Two readings of one window of GPU time, for kernels described as ``(start_s, end_s, sms_used)``.
+
+    * ``"nvml"``: the share of the window during which at least one kernel ran, which is what
+      ``nvmlDeviceGetUtilizationRates(...).gpu`` (and ``nvidia-smi``'s GPU-Util) reports: "percent of time
+      over the past sample period during which one or more kernels was executing on the GPU".
+    * ``"sm"``: the share of the GPU's SM-time the kernels occupied (SMs used x time / ``sm_count`` x window),
+      capped at 1. A tiny kernel on one SM of 40 counts fully for ``"nvml"`` and 1/40 for ``"sm"``.
+    """
+    start_s = _validate.real("start_s", start_s)
+    end_s = _validate.real("end_s", end_s)
+    if end_s <= start_s:
+        raise ValueError(f"the window is empty: end_s={end_s:g} must be after start_s={start_s:g}")
+    sm_count = _validate.whole("sm_count", sm_count, 1, what="the GPU's number of SMs, e.g. 40 on a T4")
+    if isinstance(kernels, (str, bytes)) or not isinstance(kernels, Sequence):
+        raise TypeError(f"kernels must be a list of (start_s, end_s, sms_used), got {type(kernels).__name__}")
+    spans, sm_time = [], 0.0
+    for i, k in enumerate(kernels):
+        if not isinstance(k, Sequence) or len(k) != 3:
+            raise TypeError(f"kernels[{i}] must be (start_s, end_s, sms_used), got {k!r}")
+        s = _validate.real(f"kernels[{i}] start", k[0])
+        e = _validate.real(f"kernels[{i}] end", k[1], s)
+        sms = _validate.whole(f"kernels[{i}] sms_used", k[2], 1, sm_count)
+        s, e = max(s, start_s), min(e, end_s)
+        if e > s:
+            spans.append((s, e))
+            sm_time += (e - s) * sms
+    busy, cur = 0.0, None
+    for s, e in sorted(spans):
+        if cur is None or s > cur[1]:
+            busy += cur[1] - cur[0] if cur else 0.0
+            cur = [s, e]
+        else:
+            cur[1] = max(cur[1], e)
+    busy += cur[1] - cur[0] if cur else 0.0
+    window = end_s - start_s
+    return {"nvml": busy / window, "sm": min(1.0, sm_time / (sm_count * window))}
+
+
 def _widgets():
     try:
         import ipywidgets
@@ -129,8 +196,10 @@ class UtilisationMonitor:
 
     def __init__(self, sources: Mapping[str, Callable[[], float]] | None = None, interval_s: float = 0.25,
                  use_widgets: bool | None = None, history: int = 240):
+        self.note = ""
         if sources is None:
             sources = default_sources()
+            self.note = gpu_numbering_note(sum(1 for name in sources if name.endswith("(NVML)")))
         if not isinstance(sources, Mapping):
             raise TypeError("sources must be a {name: callable returning a percentage} dict, "
                             f"got {type(sources).__name__}")
@@ -159,7 +228,7 @@ class UtilisationMonitor:
     def _build(self):
         w = self._w
         self._bars, self._values = {}, {}
-        rows = [w.HTML(value="<b>utilisation monitor</b>")]
+        rows = [w.HTML(value="<b>utilisation monitor</b>" + (f"<br><i>{self.note}</i>" if self.note else ""))]
         for name in self.sources:
             self._bars[name] = w.FloatProgress(value=0.0, min=0.0, max=100.0)
             self._values[name] = w.Label(value="-")
@@ -247,8 +316,8 @@ class UtilisationMonitor:
         return out
 
     def to_text(self) -> str:
-        """The samples as text: one line per source with mean, max and a sparkline."""
-        lines = []
+        """The samples as text: one line per source with mean, max and a sparkline (and the numbering note)."""
+        lines = [self.note] if self.note else []
         for name, series in self.samples.items():
             vals = [v for _, v in series]
             if not vals:

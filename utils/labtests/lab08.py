@@ -1,8 +1,8 @@
 """Lab 08 (profiling and the utilisation capstone): public tests.
 
 Each item is split in three (see :mod:`gpucourse.grading.items`): ``cases``
-draws fresh inputs on the grader's side (random traces, spans, timings and
-stage functions), ``observe`` runs the learner's code in the learner's kernel
+draws fresh inputs on the grader's side (random traces, spans, timings,
+stage functions and profiler step tables), ``observe`` runs the learner's code in the learner's kernel
 and returns plain data, and ``judge`` computes every expected answer here from
 the case, with the private reference functions below (never with a course
 helper). The capstone (q4) measures in the learner's kernel when the learner's
@@ -21,8 +21,11 @@ from gpucourse.grading.items import Fail, expect_raised, item, outcome
 STEP_S, LOAD_S, AUGMENT_S, STEPS = 0.02, 0.005, 0.05, 24  # the capstone's numbers, as the lab states them
 
 #: Public course helpers that answer an item (the grader withholds the item if the learner's code calls one):
-#: the tutorial's step breakdown reads exactly what q1 asks for.
-ANSWER_HELPERS = {"q1": ["gpucourse.profiling.step_breakdown"]}
+#: the tutorial's step breakdown reads exactly what q1 asks for; its verdict helpers (and the table reader
+#: behind them) answer q5.
+ANSWER_HELPERS = {"q1": ["gpucourse.profiling.step_breakdown"],
+                  "q5": ["gpucourse.bottleneck.classify", "gpucourse.bottleneck.group_shares",
+                         "gpucourse.bottleneck.format_rows", "gpucourse.bottleneck._step_table"]}
 UTILISATION_TARGET = 0.90
 STARTUP_FACTOR = 5  # the first element may take this many times load + augment (a good pipeline: about 1.3x)
 
@@ -365,3 +368,205 @@ class q4:
                        f"{load * 1e3:.0f} ms, augment {aug * 1e3:.0f} ms per element); needs >= "
                        f"{UTILISATION_TARGET:.0%}. Bounds: sequential maps {seq:.0%}, prefetch alone {pre:.0%}; "
                        "the slowest stage must keep up.")
+
+
+# --------------------------------------------------------------------------- q5
+
+#: The profiler's step-table columns (input-pipeline analyzer) and the group the lab puts each in.
+_GROUP = {"infeedTimeMs": "input", "deviceComputeTimeMs": "device", "deviceToDeviceTimeMs": "device",
+          "deviceCollectivesTimeMs": "device", "outfeedTimeMs": "device", "kernelLaunchTimeMs": "host",
+          "hostComputeTimeMs": "host", "compileTimeMs": "host", "otherTimeMs": "host"}
+_LABELS = {"stepnum": "Step number", "deviceComputeTimeMs": "Device compute", "deviceToDeviceTimeMs": "Device to device",
+           "deviceCollectivesTimeMs": "Device collective communication", "hostComputeTimeMs": "Host compute",
+           "kernelLaunchTimeMs": "Kernel launch", "infeedTimeMs": "Input", "outfeedTimeMs": "Output",
+           "compileTimeMs": "Compilation", "otherTimeMs": "All others", "tooltip": "tooltip", "stepTimeMs": "Step time"}
+
+
+def _step(name, step, **ms):
+    row = dict.fromkeys(_GROUP, 0.0)
+    row.update(ms)
+    row.update({"stepnum": name, "stepTimeMs": step})
+    return row
+
+
+def _random_step(rng, name, kind):
+    """One step whose verdict is ``kind`` with a clear margin, its time spread over random categories."""
+    step = round(rng.uniform(5.0, 80.0), 3)
+    if kind == "input-bound":
+        shares = {"input": rng.uniform(0.3, 0.8)}
+        rest = 1 - shares["input"] - rng.uniform(0.0, 0.05)
+        shares["host"] = rest * rng.uniform(0.2, 0.8)
+        shares["device"] = rest - shares["host"]
+    else:
+        shares = {"input": rng.uniform(0.0, 0.12)}
+        rest = 1 - shares["input"] - rng.uniform(0.0, 0.05)
+        big = rest * rng.uniform(0.65, 0.9)
+        shares.update({"host": big, "device": rest - big} if kind == "host-bound" else {"device": big, "host": rest - big})
+    ms = {}
+    for group, share in shares.items():
+        keys = [k for k, g in _GROUP.items() if g == group]
+        cuts = sorted(rng.uniform(0, 1) for _ in range(len(keys) - 1))
+        parts = [b - a for a, b in zip([0.0, *cuts], [*cuts, 1.0])]
+        for key, part in zip(keys, parts):
+            ms[key] = round(step * share * part, 4)
+    return _step(name, step, **ms)
+
+
+def _trap_steps(rng, names):
+    """Steps that each catch one classic mistake (the verdict changes if that rule is broken)."""
+    k = rng.choice([1.0, 2.0, 4.0])  # powers of two keep the 20% boundary exact
+    traps = [
+        _step(None, 10.0 * k, infeedTimeMs=2.0 * k, deviceComputeTimeMs=8.0 * k),            # exactly 20%: input
+        _step(None, 10.0 * k, infeedTimeMs=0.5 * k, kernelLaunchTimeMs=5.0 * k, deviceComputeTimeMs=4.5 * k),
+        _step(None, 10.0 * k, infeedTimeMs=0.5 * k, otherTimeMs=5.0 * k, deviceComputeTimeMs=4.5 * k),
+        _step(None, 10.0 * k, infeedTimeMs=0.5 * k, outfeedTimeMs=2.0 * k, deviceComputeTimeMs=3.0 * k,
+              hostComputeTimeMs=4.5 * k),                                                      # output is device
+        _step(None, 10.0 * k, infeedTimeMs=1.0 * k, hostComputeTimeMs=4.5 * k, deviceComputeTimeMs=4.5 * k),  # tie
+        _step(None, 10.0 * k, infeedTimeMs=1.75 * k, compileTimeMs=1.0 * k, deviceComputeTimeMs=4.0 * k),
+        # ^ 2.5 ms of the step is in no category: 17.5% of the step, but 26% of the categories' sum
+    ]
+    for row, name in zip(traps, names):
+        row["stepnum"] = name
+    return traps
+
+
+def _verdict(rows, strict=False, groups=None, tie="host", denominator="step"):
+    """Reference verdict on rows (summed); the keyword arguments switch on one classic mistake each."""
+    groups = groups or _GROUP
+    total, by = 0.0, {"input": 0.0, "host": 0.0, "device": 0.0, None: 0.0}
+    for row in rows:
+        total += row["stepTimeMs"] if denominator == "step" else sum(row[k] for k in _GROUP if groups.get(k))
+        for key in _GROUP:
+            by[groups.get(key)] += row[key]
+    share = {g: by[g] / total for g in ("input", "host", "device")}
+    if share["input"] > 0.2 if strict else share["input"] >= 0.2:
+        return "input-bound"
+    if share["device"] > share["host"] or (tie == "device" and share["device"] == share["host"]):
+        return "device-bound"
+    return "host-bound"
+
+
+def _answer(rows, overall="sum", **mistake):
+    """Reference answer {"steps": {stepnum: verdict}, "overall": verdict}; ``overall`` and ``mistake`` name a
+    classic mistake to recognise it."""
+    steps = {r["stepnum"]: _verdict([r], **mistake) for r in rows}
+    if overall == "majority":
+        kinds = list(steps.values())
+        whole = max(sorted(set(kinds)), key=kinds.count)
+    elif overall == "mean":
+        mean = {k: sum(r[k] / r["stepTimeMs"] for r in rows) / len(rows) for k in _GROUP}
+        whole = _verdict([{**mean, "stepTimeMs": 1.0}], **mistake)
+    else:
+        whole = _verdict(rows, **mistake)
+    return {"steps": steps, "overall": whole}
+
+
+_OVERALL = ("The overall verdict is neither a vote of the steps nor an average of their shares: add up each "
+            "category over all steps (and the step times), then apply the rule once.")
+
+
+def _mistakes():
+    """Classic mistakes, each with a hint: the reference with one rule broken."""
+    launch_on_device = {**_GROUP, "kernelLaunchTimeMs": "device"}
+    return [
+        ({"strict": True}, "A step whose input is exactly 20% of the step time is input-bound: use >= 0.2."),
+        ({"groups": launch_on_device}, "Kernel launch (kernelLaunchTimeMs) is host time: the host launching the "
+                                       "device's kernels."),
+        ({"groups": {**_GROUP, "otherTimeMs": None}}, "All others (otherTimeMs) is host time (mostly Python "
+                                                      "overhead): count it in the host group."),
+        ({"groups": {**_GROUP, "outfeedTimeMs": None}}, "Output (outfeedTimeMs) is device time: the device copying "
+                                                        "results back."),
+        ({"groups": {**_GROUP, "outfeedTimeMs": "host"}}, "Output (outfeedTimeMs) is device time: the device copying "
+                                                          "results back."),
+        ({"tie": "device"}, "A step is device-bound only when the device's share is larger than the host's: a tie "
+                            "is host-bound."),
+        ({"denominator": "categories"}, "Shares are of the step time (stepTimeMs), not of the sum of the "
+                                        "categories: some time may be in no category."),
+        ({"overall": "majority"}, _OVERALL),
+        ({"overall": "mean"}, _OVERALL),
+    ]
+
+
+def _table(rows, rng):
+    """The rows as the profiler's step table (a DataTable: cols, rows of cells, properties), columns shuffled."""
+    cols = list(_LABELS)
+    rng.shuffle(cols)
+    tip = lambda r: f"Step {r['stepnum']}, duration: {r['stepTimeMs']:.2f} ms"  # noqa: E731
+    return {"cols": [{"id": c, "label": _LABELS[c], "type": "string" if c in ("stepnum", "tooltip") else "number"}
+                     | ({"p": {"role": "tooltip"}} if c == "tooltip" else {}) for c in cols],
+            "p": {"hardware_type": "GPU", "step_time_graph_column_ids": ",".join(list(_LABELS)[:-1])},
+            "rows": [{"c": [{"v": tip(r) if c == "tooltip" else r[c]} for c in cols]} for r in rows]}
+
+
+_BY_ID = ("Find each column by its id in table['cols'] (their order is not fixed), and read each row's cells "
+          "in that order; stepnum and tooltip hold text.")
+
+
+def _rows(table):
+    ids = [c["id"] for c in table["cols"]]
+    return [dict(zip(ids, (c["v"] for c in row["c"]))) for row in table["rows"]]
+
+
+@item("q5", points=2, title="step_verdicts says input-, host- or device-bound from the profiler's step table")
+class q5:
+    def cases(rng):
+        out = []
+        for _ in range(3):
+            n = rng.randint(3, 5)
+            kinds = [rng.choice(["input-bound", "host-bound", "device-bound"]) for _ in range(n)]
+            first = rng.randint(0, 50)
+            names = [f"train {first + i}" if rng.random() < 0.5 else str(first + i) for i in range(n + 7)]
+            rows = [_random_step(rng, names[i], kind) for i, kind in enumerate(kinds)] + _trap_steps(rng, names[n:])
+            rng.shuffle(rows)
+            out.append({"table": _table(rows, rng)})
+        # the overall verdict sums the steps. One short input-bound step next to two long device-bound ones:
+        # the steps' mean input share says input-bound. Then three short input-bound steps next to a long
+        # device-bound one: a vote says input-bound too.
+        short = _step("train 0", 10.0, infeedTimeMs=9.0, hostComputeTimeMs=0.5, deviceComputeTimeMs=0.5)
+        long = [_step(f"train {i}", 100.0, infeedTimeMs=2.0, kernelLaunchTimeMs=8.0, deviceComputeTimeMs=90.0)
+                for i in (1, 2)]
+        out.append({"table": _table([short, *long], rng)})
+        small = [_step(f"train {i}", 10.0, infeedTimeMs=5.0, hostComputeTimeMs=1.0, deviceComputeTimeMs=4.0)
+                 for i in range(3)]
+        long = _step("train 3", 90.0, infeedTimeMs=4.0, kernelLaunchTimeMs=10.0, deviceComputeTimeMs=76.0)
+        out.append({"table": _table(small + [long], rng)})
+        return out + [{"table": _table([], rng), "bad": True}]
+
+    def observe(ns, case):
+        import copy
+
+        fn = ns.function("step_verdicts")
+        return outcome(lambda: fn(copy.deepcopy(case["table"])))
+
+    def judge(case, seen):
+        table = case["table"]
+        if case.get("bad"):
+            return expect_raised(seen, "step_verdicts(a table with no rows)", "there are no steps to judge")
+        if "raised" in seen:
+            raise Fail(f"step_verdicts raised {seen['raised']}: {seen['message']}, but the table has "
+                       f"{len(table['rows'])} steps. {_BY_ID}")
+        got, rows = seen["value"], _rows(table)
+        want = _answer(rows)
+        if not (isinstance(got, dict) and isinstance(got.get("steps"), dict) and isinstance(got.get("overall"), str)):
+            raise Fail("step_verdicts should return {'steps': {stepnum: verdict, ...}, 'overall': verdict}, got "
+                       f"{got!r}"[:300])
+        if got == want:
+            return
+        if set(got["steps"]) != set(want["steps"]):
+            raise Fail(f"expected one verdict per step, keyed by the stepnum column ({sorted(want['steps'])}), got "
+                       f"keys {sorted(map(str, got['steps']))}. {_BY_ID}")
+        hint = ""
+        for mistake, text in _mistakes():
+            overall = mistake.pop("overall", "sum")
+            if got == _answer(rows, overall, **mistake):
+                hint = " " + text
+                break
+        bad = [k for k in want["steps"] if got["steps"][k] != want["steps"][k]]
+        if bad:
+            r = next(r for r in rows if r["stepnum"] == bad[0])
+            split = {g: sum(r[k] for k in _GROUP if _GROUP[k] == g) for g in ("input", "host", "device")}
+            raise Fail(f"step {bad[0]!r} ({r['stepTimeMs']:g} ms: input {split['input']:g}, host {split['host']:g}, "
+                       f"device {split['device']:g} ms) should be {want['steps'][bad[0]]!r}, got "
+                       f"{got['steps'][bad[0]]!r}.{hint}")
+        raise Fail(f"every step is right, but for all {len(rows)} steps together expected {want['overall']!r}, got "
+                   f"{got['overall']!r}.{hint}")
