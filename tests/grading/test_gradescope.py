@@ -14,7 +14,9 @@ import pytest
 
 from gpucourse.grading.cli import main as cli_main
 from gpucourse.grading.gradescope import build_bundle, results_json, run
+from gpucourse.grading.items import items_in
 from gpucourse.grading.report import GradeReport
+from gpucourse.labtests import lab01
 
 ROOT = Path(__file__).resolve().parents[2]
 HIDDEN = Path(__file__).resolve().parent / "attacks" / "hidden_inline.py"
@@ -112,9 +114,10 @@ def test_run_autograder_in_gradescope_layout(tmp_path, bundle):
         assert proc.returncode == 0, proc.stderr[-3000:]
         got[kind] = json.loads((root / "results" / "results.json").read_text())
     sol, uns, tam = got["solution"], got["unsolved"], got["tampered"]
-    assert sol["score"] == 15 and all(t["status"] == "passed" for t in sol["tests"]), sol
+    public = [spec for spec, _ in items_in(lab01)]
+    assert sol["score"] == sum(s.points for s in public) + 5 and all(t["status"] == "passed" for t in sol["tests"]), sol
     assert {t["name"].split(":")[0]: t["visibility"] for t in sol["tests"]} == {
-        "q1": "visible", "q2": "visible", "q3": "visible", "q4": "visible", "h1": "after_published"}
+        **{s.key: "visible" for s in public}, "h1": "after_published"}
     assert uns["score"] == 0 and uns["extra_data"]["status"] == "graded"
     assert all(t["score"] == 0 for t in uns["tests"]), uns
     assert all("Not attempted" in t["output"] for t in uns["tests"] if t["name"].startswith("q")), uns
