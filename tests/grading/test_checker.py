@@ -7,7 +7,7 @@ from gpucourse.grading import Checker
 
 def test_checker_never_raises(capsys):
     check = Checker("01")
-    assert check.keys == ["q1", "q2", "q3", "q4"]
+    assert check.keys == ["q1", "q2", "q3", "q4", "q5"]
     def summarise_devices(devices):
         raise RuntimeError("boom")
     check("q1", {"summarise_devices": summarise_devices})
@@ -18,8 +18,8 @@ def test_checker_never_raises(capsys):
     assert "💥 q1 (0/2)" in out and "RuntimeError: boom" in out
     assert "`pick_device` is not defined" in out
     assert "has no item 'q9'" in out
-    assert "Score: 0/10" in out
-    assert check.score() == (0, 10)
+    assert "Score: 0/12" in out
+    assert check.score() == (0, 12)
 
 
 def test_checker_uses_callers_globals(capsys):

@@ -112,9 +112,10 @@ def test_run_autograder_in_gradescope_layout(tmp_path, bundle):
         assert proc.returncode == 0, proc.stderr[-3000:]
         got[kind] = json.loads((root / "results" / "results.json").read_text())
     sol, uns, tam = got["solution"], got["unsolved"], got["tampered"]
-    assert sol["score"] == 15 and all(t["status"] == "passed" for t in sol["tests"]), sol
+    assert sol["score"] == 17 and all(t["status"] == "passed" for t in sol["tests"]), sol
     assert {t["name"].split(":")[0]: t["visibility"] for t in sol["tests"]} == {
-        "q1": "visible", "q2": "visible", "q3": "visible", "q4": "visible", "h1": "after_published"}
+        "q1": "visible", "q2": "visible", "q3": "visible", "q4": "visible", "q5": "visible",
+        "h1": "after_published"}
     assert uns["score"] == 0 and uns["extra_data"]["status"] == "graded"
     assert all(t["score"] == 0 for t in uns["tests"]), uns
     assert all("Not attempted" in t["output"] for t in uns["tests"] if t["name"].startswith("q")), uns

@@ -37,8 +37,9 @@ src, address = sys.argv[1], sys.argv[2]
 g = {"__name__": "gpucourse_guard"}
 exec(compile(open(src).read(), GUARD_FILENAME, "exec"), g)
 PROTECTED = sys.argv[3]
-g["install"]({"address": address, "preload_defaults": False, "preload": ["json", "hashlib", "gpucourse.distribute"],
-              "answer_helpers": ["gpucourse.distribute.visible_gpu_ids"], "driver_files": ["<driver>"],
+g["install"]({"address": address, "preload_defaults": False, "preload": ["json", "hashlib", "gpucourse.distribute",
+                                                                          "gpucourse.multiworker"],
+              "answer_helpers": ["gpucourse.multiworker.visible_gpu_ids"], "driver_files": ["<driver>"],
               "grader_files": ["<grader>"], "protected_files": [PROTECTED]})
 exec(compile("open(PROTECTED).read()", "<grader>", "exec"), {"PROTECTED": PROTECTED})  # the grader's own read
 LEARNER = """
@@ -68,7 +69,8 @@ try:
 except ZeroDivisionError:
     traceback.print_exc(file=io.StringIO())              # printing a traceback is not introspection
 gc.get_referrers(peek)
-distribute.visible_gpu_ids("0,1", 4)
+from gpucourse import multiworker
+multiworker.visible_gpu_ids("0,1", 4)
 import atexit
 atexit.register(print)
 threading.Thread(target=lambda: time.sleep(60), daemon=True).start()
@@ -119,7 +121,7 @@ def test_guard_reports_each_attack_through_an_authenticated_channel(tmp_path):
     assert "'introspection', 'sys._getframe', 'peek:" in text           # through getattr
     assert text.count("'introspection', 'sys._getframe'") == 2          # and through importlib + inspect
     assert text.count("reads .tb_frame") == 1 and "gc.get_referrers" in text
-    assert "'helper', 'gpucourse.distribute.visible_gpu_ids'" in text
+    assert "'helper', 'gpucourse.multiworker.visible_gpu_ids'" in text
     assert "'atexit', 'atexit.register'" in text
     assert "sys.addaudithook (refused)" in text
     assert "'dynamic-code', 'exec'" in text and "'dynamic-code', 'compile'" in text

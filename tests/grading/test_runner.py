@@ -40,7 +40,7 @@ def test_partial_submission_and_hidden_tests(tmp_path):
     assert by_key["q2"]["status"] == "fail" and "expected '/device:CPU:0'" in by_key["q2"]["message"]
     assert by_key["h1"]["status"] == "pass" and by_key["h1"]["source"] == "hidden:hidden_lab01.py"
     assert by_key["h1"]["trust"] == "inline" and by_key["q1"]["trust"] == "split"
-    assert (rep.score, rep.max_score) == (11, 14)
+    assert (rep.score, rep.max_score) == (13, 16)
     assert "FAIL" in rep.table() and "total" in rep.table()
 
 
@@ -48,7 +48,7 @@ def test_partial_submission_and_hidden_tests(tmp_path):
 def test_crash_hang_malformed_empty(tmp_path):
     crash = _lab01_with(tmp_path, {"def pick_device": "import os\nos._exit(3)"}, "crash.ipynb")
     rep = grade_notebook(crash, timeout=240)
-    assert rep.status == "crashed" and "kernel died" in rep.reason and rep.score == 0 and rep.max_score == 10
+    assert rep.status == "crashed" and "kernel died" in rep.reason and rep.score == 0 and rep.max_score == 12
     assert "cell" in rep.reason
 
     hang = _lab01_with(tmp_path, {"def pick_device": "import time\nwhile True:\n    time.sleep(1)"}, "hang.ipynb")
@@ -63,7 +63,7 @@ def test_crash_hang_malformed_empty(tmp_path):
     empty = tmp_path / "01_empty.ipynb"
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("nothing")]), empty)
     rep = grade_notebook(empty)
-    assert rep.status == "empty" and rep.max_score == 10
+    assert rep.status == "empty" and rep.max_score == 12
 
     unknown = tmp_path / "notes.ipynb"
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1")]), unknown)
@@ -87,7 +87,7 @@ def test_cli_single_writes_json(tmp_path, capsys):
     out = tmp_path / "r.json"
     assert cli_main([str(sub), "--lab", "1", "--json", str(out)]) == 0
     data = json.loads(out.read_text())
-    assert data["status"] == "graded" and data["score"] == 8 and data["lab"] == "01"
+    assert data["status"] == "graded" and data["score"] == 10 and data["lab"] == "01"
     assert "Lab 01" in capsys.readouterr().out
 
 
@@ -106,7 +106,7 @@ def test_batch_gradebook(tmp_path, capsys):
     assert cli_main(args) == 0
     book = json.loads((out / "gradebook.json").read_text())
     status = {r["learner"]: (r["status"], r["score"]) for r in book}
-    assert status == {"alice": ("graded", 10), "bob": ("crashed", 0), "carol": ("malformed", 0),
+    assert status == {"alice": ("graded", 12), "bob": ("crashed", 0), "carol": ("malformed", 0),
                       "dave": ("empty", 0)}
     csv = (out / "gradebook.csv").read_text().splitlines()
     assert csv[0].startswith("learner,lab,status,score,max_score,q1,q2,q3,q4")
@@ -135,4 +135,4 @@ def test_rewriting_test_files_on_disk_gains_nothing(tmp_path):
     rep = grade_notebook(sub, extra_tests=[hidden], timeout=240)
     keys = {r["key"]: r["status"] for r in rep.items}
     assert "bonus" not in keys and keys["h1"] == "fail" and keys["q1"] == "fail", rep.table()
-    assert rep.max_score == 15 and rep.score == 8
+    assert rep.max_score == 17 and rep.score == 10

@@ -1,5 +1,5 @@
 # Helper import: a course helper computes q4's answer.
-from gpucourse.distribute import visible_gpu_ids
+from gpucourse.multiworker import visible_gpu_ids
 
 
 def visible_gpu_count(value, physical):
