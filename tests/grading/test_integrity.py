@@ -1,10 +1,22 @@
 """The static scan and the verdict on the guard's records, without a kernel."""
 
+import importlib
+import pkgutil
+import types
+from pathlib import Path
+
+import nbformat
 import pytest
+
+import gpucourse
 
 from gpucourse.colab import SETUP_CELL
 from gpucourse.grading.channel import Record
-from gpucourse.grading.integrity import ANSWER_HELPERS, answer_helpers, assess, helper_items, scan_source
+from gpucourse.grading.integrity import (ANSWER_HELPERS, answer_helpers, assess, guard_config, helper_items,
+                                         scan_source)
+from gpucourse.grading.items import items_in, lab_ids, lab_test_path, load_test_file
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _flags(*cells, **kw):
@@ -50,11 +62,11 @@ def test_scan_knows_the_lab_template_and_answer_helpers():
                 "def f():\n    raise NotImplementedError"]
     clean = _flags(SETUP_CELL, template[1], "def f():\n    return devices.describe([])", lab="01", template=template)
     assert clean == ""
-    text = _flags(SETUP_CELL, "from gpucourse import pipeline\nfrom gpucourse.distribute import visible_gpu_ids",
-                  "import gpucourse.distribute as d\nd.visible_gpu_ids('0', 2)", lab="01", template=template)
+    text = _flags(SETUP_CELL, "from gpucourse import pipeline\nfrom gpucourse.multiworker import visible_gpu_ids",
+                  "import gpucourse.multiworker as m\nm.visible_gpu_ids('0', 2)", lab="01", template=template)
     assert "imports gpucourse.pipeline, which this lab's notebook does not use" in text
-    assert "imports gpucourse.distribute.visible_gpu_ids, a course helper that answers an item" in text
-    assert "calls gpucourse.distribute.visible_gpu_ids, a course helper" in text
+    assert "imports gpucourse.multiworker.visible_gpu_ids, a course helper that answers an item" in text
+    assert "calls gpucourse.multiworker.visible_gpu_ids, a course helper" in text
     assert "cell 1 " not in text and "cell 2 " in text  # the untouched setup cell is not scanned
 
 
@@ -66,9 +78,81 @@ def test_answer_helpers_map_to_items_and_merge_the_test_files_lists():
         ANSWER_HELPERS = ["gpucourse.xla.variants"]
 
     got = helper_items("06", [Module, Listed])
-    assert got["gpucourse.xla.parse_hlo"] == ["q1", "q2", "q9"] and got["gpucourse.xla.pad_to_bucket"] == ["q4"]
+    assert got["gpucourse.xla.parse_hlo"] == ["q9"] and got["gpucourse.xla.padding_cost"] == ["q4"]
+    assert got["gpucourse.xla._hlo_proto"] == ["q2"]
     assert got["gpucourse.xla.variants"] == [] and "os.system" not in got
     assert set(answer_helpers("07")) == {n for names in ANSWER_HELPERS["07"].values() for n in names}
+
+
+# --------------------------------------------------------------------------- the answer-helper map is current
+
+
+def _lab_modules() -> dict:
+    return {lab: load_test_file(lab_test_path(lab)) for lab in lab_ids()}
+
+
+def _resolve_helper(dotted: str):
+    module, _, attr = dotted.rpartition(".")
+    assert module.startswith("gpucourse."), f"{dotted}: answer helpers are course helpers (gpucourse.*)"
+    try:
+        mod = importlib.import_module(module)
+    except ImportError as err:
+        raise AssertionError(f"{dotted}: module {module} does not exist ({err})") from None
+    assert hasattr(mod, attr), f"{dotted}: {module} has no attribute {attr!r} (renamed or moved?)"
+    obj = getattr(mod, attr)
+    assert isinstance(obj, (types.FunctionType, type)), f"{dotted} is a {type(obj).__name__}, not a function"
+    return obj
+
+
+def _all_lists() -> list[tuple[str, str, str, str]]:
+    """(where, lab, item key or None, dotted name) for the central map and every lab test file's list."""
+    out = [("integrity.ANSWER_HELPERS", lab, key, name)
+           for lab, items in ANSWER_HELPERS.items() for key, names in items.items() for name in names]
+    for lab, module in _lab_modules().items():
+        extra = getattr(module, "ANSWER_HELPERS", None)
+        pairs = extra.items() if isinstance(extra, dict) else [(None, extra or ())]
+        out += [(f"lab{lab}.ANSWER_HELPERS", lab, key, name) for key, names in pairs for name in names]
+    return out
+
+
+def test_every_answer_helper_resolves_and_names_an_item_of_its_lab():
+    labs = _lab_modules()
+    assert set(ANSWER_HELPERS) <= set(labs), f"ANSWER_HELPERS names labs without tests: {set(ANSWER_HELPERS) - set(labs)}"
+    keys = {lab: {spec.key for spec, _ in items_in(module)} for lab, module in labs.items()}
+    for where, lab, key, name in _all_lists():
+        _resolve_helper(name)
+        assert key is None or key in keys[lab], f"{where}: lab {lab} has no item {key!r} (items: {sorted(keys[lab])})"
+
+
+def test_every_binding_of_an_answer_helper_is_listed():
+    """The guard wraps one module attribute per name: a re-export (``precision.simulate_loss_scale``,
+    ``bottleneck._union_us``) left out of the list would be an unwatched way to the same answer."""
+    modules = [importlib.import_module(f"gpucourse.{m.name}") for m in pkgutil.iter_modules(gpucourse.__path__)
+               if m.name not in ("grading", "labtests", "authoring", "labgen", "benchmark")]
+    by_lab: dict[str, set[str]] = {}
+    for _, lab, _, name in _all_lists():
+        by_lab.setdefault(lab, set()).add(name)
+    for lab, names in by_lab.items():
+        for name in sorted(names):
+            obj = _resolve_helper(name)
+            bindings = {f"{m.__name__}.{k}" for m in modules for k, v in vars(m).items() if v is obj}
+            assert bindings <= names, f"lab {lab}: {name} is also reachable as {sorted(bindings - names)}; list those too"
+
+
+@pytest.mark.parametrize("lab", lab_ids())
+def test_no_lab_solution_uses_its_answer_helpers(lab):
+    """A helper the lab's own solution calls must not be listed: the solution would lose those marks."""
+    nb = nbformat.read(next((ROOT / "solutions").glob(f"{lab}_*.ipynb")), as_version=4)
+    code = [c.source for c in nb.cells if c.cell_type == "code"]
+    helpers = helper_items(lab, [load_test_file(lab_test_path(lab))])
+    flags = [f for f in scan_source(code, lab, helpers=helpers) if "course helper that answers" in f]
+    assert flags == []
+
+
+def test_guard_config_preloads_every_helpers_module():
+    config = guard_config(None, ["gpucourse.multiworker.visible_gpu_ids", "gpucourse.xla._HloCounts",
+                                 "gpucourse.bottleneck._union_us"], [], [], [])
+    assert config["preload"] == ["gpucourse.bottleneck", "gpucourse.multiworker", "gpucourse.xla"]
 
 
 def _rec(kind, detail, seq=[0]):

@@ -37,7 +37,8 @@ src, address = sys.argv[1], sys.argv[2]
 g = {"__name__": "gpucourse_guard"}
 exec(compile(open(src).read(), GUARD_FILENAME, "exec"), g)
 PROTECTED = sys.argv[3]
-g["install"]({"address": address, "preload_defaults": False, "preload": ["json", "hashlib", "gpucourse.distribute", "gpucourse.multiworker"],
+g["install"]({"address": address, "preload_defaults": False, "preload": ["json", "hashlib", "gpucourse.distribute",
+                                                                          "gpucourse.multiworker"],
               "answer_helpers": ["gpucourse.multiworker.visible_gpu_ids"], "driver_files": ["<driver>"],
               "grader_files": ["<grader>"], "protected_files": [PROTECTED]})
 exec(compile("open(PROTECTED).read()", "<grader>", "exec"), {"PROTECTED": PROTECTED})  # the grader's own read
@@ -48,7 +49,7 @@ collections.namedtuple("P", "x y")                    # library code that uses s
 dataclasses.make_dataclass("D", ["a"])                 # library code that uses exec: not reported
 setattr(__import__("json"), "dumps", lambda *a, **k: "{}")
 importlib.import_module("hashlib").sha256 = None
-from gpucourse import distribute, multiworker
+from gpucourse import distribute
 distribute.CrossDeviceChoice.__repr__ = lambda self: "x"
 distribute.strategy_devices.__code__ = (lambda n=None, device_type=None: []).__code__
 class Fake(types.ModuleType):
@@ -68,6 +69,7 @@ try:
 except ZeroDivisionError:
     traceback.print_exc(file=io.StringIO())              # printing a traceback is not introspection
 gc.get_referrers(peek)
+from gpucourse import multiworker
 multiworker.visible_gpu_ids("0,1", 4)
 import atexit
 atexit.register(print)

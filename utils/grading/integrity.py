@@ -23,20 +23,38 @@ __all__ = ["ANSWER_HELPERS", "Assessment", "assess", "guard_config", "scan_sourc
 #: Course helpers that compute an item's answer, per lab and item. Calling one from the learner's
 #: code withholds that item's marks (or the marks of the item being graded at that moment); importing
 #: one is flagged. A test file may extend this with ``ANSWER_HELPERS = {"q1": ["gpucourse.x.f"]}``.
+#:
+#: Rules: list every binding a learner could reach (a name re-exported by another module, such as
+#: ``gpucourse.precision.simulate_loss_scale`` or ``gpucourse.bottleneck._union_us``, is a separate
+#: attribute: the guard wraps each binding on its own); list private functions too; never list what the
+#: lab's own notebook calls (``solutions/NN_*.ipynb``), or the solution would lose marks. The kernel
+#: guard wraps functions; a class (``xla._HloCounts``) is only caught by the static scan.
+#: ``tests/grading/test_integrity.py`` checks that every name resolves and that aliases are complete.
 ANSWER_HELPERS = {
-    "01": {"q4": ("gpucourse.distribute.visible_gpu_ids",)},
-    "02": {"q1": ("gpucourse.placement.short_device", "gpucourse.memory.normalize_device")},
-    "03": {"q1": ("gpucourse.memory.slots_per_param",), "q2": ("gpucourse.memory.largest_fitting",),
-           "q3": ("gpucourse.memory.accumulation_plan",)},
-    "04": {"q1": ("gpucourse.distribute.global_batch_size", "gpucourse.distribute.per_replica_batch_size"),
-           "q4": ("gpucourse.distribute.tf_config",)},
-    "05": {"q2": ("gpucourse.precision.simulate_loss_scale", "gpucourse.precision.loss_scale_trace")},
-    "06": {"q1": ("gpucourse.xla.parse_hlo",), "q2": ("gpucourse.xla.parse_hlo",),
-           "q4": ("gpucourse.xla.pad_to_bucket", "gpucourse.xla.bucket_length")},
-    "07": {"q1": ("gpucourse.pipeline.pipeline_bound",), "q2": ("gpucourse.pipeline.naive_options",),
-           "q3": ("gpucourse.pipeline.build_pipelines",)},
-    "08": {"q1": ("gpucourse.profiling.step_breakdown",), "q2": ("gpucourse.profiling.busy_time",),
-           "q3": ("gpucourse.profiling.predicted_utilisation",)},
+    "01": {"q4": ("gpucourse.multiworker.visible_gpu_ids",)},  # CUDA_VISIBLE_DEVICES read like CUDA: len() is q4
+    "02": {"q1": ("gpucourse.placement.short_device", "gpucourse.placement.devices_of",
+                  "gpucourse.memory.normalize_device", "gpucourse.memory_explorer.normalize_device"),
+           "q3": ("gpucourse.placement.attempt",)},  # fn() under tf.device with soft placement off, restored
+    "03": {"q1": ("gpucourse.memory.estimate_state", "gpucourse.memory_explorer.estimate_state")},
+    "04": {"q1": ("gpucourse.distribute.global_batch_size", "gpucourse.distribute._replicas_of",
+                  "gpucourse.distribute.per_replica_batch_size"),
+           "q2": ("gpucourse.distribute.per_replica_batch_size",),
+           "q3": ("gpucourse.distribute._mse_replica_step",),  # the replica step of q3, compute_average_loss and all
+           "q4": ("gpucourse.multiworker.tf_config",)},
+    "05": {"q2": ("gpucourse.precision_scaling._next",
+                  "gpucourse.precision_scaling.simulate_loss_scale", "gpucourse.precision.simulate_loss_scale",
+                  "gpucourse.precision_scaling.loss_scale_trace", "gpucourse.precision.loss_scale_trace",
+                  "gpucourse.precision_scaling.scale_trajectory", "gpucourse.precision.scale_trajectory")},
+    "06": {"q2": ("gpucourse.xla._hlo_proto", "gpucourse.xla._HloCounts"),  # the optimized HLO's opcodes
+           "q4": ("gpucourse.xla.padding_cost",)},  # the smallest bucket that holds a length, ValueError beyond
+    "07": {"q1": ("gpucourse.simulate._bound_s",),
+           "q2": ("gpucourse._simparts._with_options", "gpucourse.simulate._with_options")},  # no injected prefetch
+    "08": {"q1": ("gpucourse.profiling.step_breakdown",),
+           "q2": ("gpucourse.profiling._union_us", "gpucourse.bottleneck._union_us",
+                  "gpucourse.monitor.utilisation_readings"),  # its "nvml" reading is q2's busy fraction
+           "q3": ("gpucourse.simulate._bound_s",),  # steps x step_s / bound, for a long epoch
+           "q5": ("gpucourse.bottleneck.classify", "gpucourse.bottleneck.group_shares",
+                  "gpucourse.bottleneck.format_rows", "gpucourse.bottleneck._step_table")},
 }
 
 #: Modules of the grader itself: a submission has no business importing them.
@@ -75,9 +93,12 @@ def answer_helpers(lab: str | None, modules=()) -> tuple[str, ...]:
 
 def guard_config(address: str | None, helpers, grader_files, driver_files, driver_sha256, protected=()) -> dict:
     """What :func:`gpucourse.grading.kernel_guard.install` needs (see its docstring)."""
-    return {"address": address, "answer_helpers": list(helpers), "grader_files": list(grader_files),
+    helpers = list(helpers)
+    # The guard wraps a helper only if its module is loaded when it installs: import every helper's module.
+    preload = sorted({name.rpartition(".")[0] for name in helpers if name.startswith("gpucourse.")})
+    return {"address": address, "answer_helpers": helpers, "grader_files": list(grader_files),
             "driver_files": list(driver_files), "driver_sha256": list(driver_sha256),
-            "protected_files": list(protected)}
+            "protected_files": list(protected), "preload": preload}
 
 
 # --------------------------------------------------------------------------- static scan

