@@ -93,9 +93,14 @@ def _is_watched_name(name: str, stdlib: frozenset) -> bool:
 def _preload(extra=(), defaults: bool = True) -> None:
     import importlib
 
-    course = ("devices", "placement", "memory", "distribute", "precision", "xla", "pipeline", "profiling", "timing",
-              "logcapture", "plots", "explore", "colab", "_probe", "_tf", "_validate", "grading", "grading.items",
-              "grading.checker", "labtests")
+    import pkgutil
+
+    import gpucourse
+
+    # Every helper module of the course (so a module added later is watched too), not the authoring tools.
+    tools = ("authoring", "labgen", "benchmark")
+    course = [m.name for m in pkgutil.iter_modules(gpucourse.__path__) if m.name not in tools and not m.ispkg]
+    course += ["grading", "grading.items", "grading.checker", "labtests"]
     names = tuple(PRELOAD) + tuple("gpucourse." + c for c in course) if defaults else ()
     for name in names + tuple(extra):
         try:
