@@ -156,3 +156,41 @@ def test_explorer_update_predicts_and_draws_measured_points_only_where_measured(
         update(machine="TPU")
     with pytest.raises(TypeError, match="profiles"):
         S.scaling_update({})
+
+
+def test_scaling_explorer_controls_on_change_state_and_static_fallback(monkeypatch, capsys):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from gpucourse import explore
+
+    here = S.Profile("this machine", 2e10, 2e9, overhead_s=1e-3, shared=True)
+    t4 = S.datasheet_profile("2x T4", S.DEVICES["T4 fp32"], S.LINKS["PCIe 3.0 x16"], kernels=40)
+    machines = {"this machine": here, "2x T4": t4}
+    ex = S.scaling_explorer(machines, measured={1: 1.0, 2: 0.9}, replicas=2, per_replica_batch=48, params=12_345)
+    assert [c.name for c in ex.controls] == ["replicas", "per_replica_batch", "params_m", "machine"]
+    assert ex.values == {"replicas": 2, "per_replica_batch": 48, "params_m": 0.012, "machine": "this machine"}
+    assert 48 in ex.controls[1].options and 0.012 in ex.controls[2].options  # the notebook's own model offered
+    view = ex.render({"machine": "2x T4", "per_replica_batch": 1024, "params_m": 100.0})  # one on-change call
+    assert view.text.startswith("2x T4, 100M parameters, 1024 examples per replica") and " pays" in view.text
+    assert not any(line.get_marker() == "o" for line in view.figure.axes[0].get_lines())  # measured elsewhere
+    plt.close(view.figure)
+    again = S.scaling_explorer(machines, measured={1: 1.0, 2: 0.9}, replicas=2, per_replica_batch=48, params=12_345)
+    assert again.values["machine"] == "2x T4" and explore.state_of("scaling-model")["per_replica_batch"] == 1024
+    mine = again.render({"machine": "this machine"})  # measured_on defaults to the first machine
+    assert any(line.get_marker() == "o" for line in mine.figure.axes[0].get_lines())
+    plt.close(mine.figure)
+    with pytest.raises(ValueError, match="machine must be one of"):
+        again.render({"machine": "TPU"})
+    monkeypatch.setenv("GPUCOURSE_STATIC", "1")
+    monkeypatch.setattr(explore, "_display", lambda obj: None)
+    assert again.show() is None
+    out = capsys.readouterr().out
+    assert out.count("Data-parallel scaling model [") == 3  # current values, then the two 2x T4 presets
+    assert "machine=2x T4" in out and "params_m=100.0" in out
+    with pytest.raises(TypeError, match="machines must be"):
+        S.scaling_explorer({"x": "T4"})
+    with pytest.raises(ValueError, match="replicas must be <= 8"):
+        S.scaling_explorer(machines, replicas=9)

@@ -27,8 +27,9 @@ Hardware figures are inputs, each with its source (:data:`DEVICES`,
 per-kernel launch cost, all-reduce latency) are explicit, labelled assumptions.
 :func:`calibrate` builds the same inputs from timings measured here.
 :func:`scaling_rows` turns measured throughputs into the table the notebook
-prints, and :func:`scaling_update` is the pure update function of the
-notebook's explorer. Pure Python: no TensorFlow import.
+prints, :func:`scaling_update` is the pure update function of the notebook's
+explorer and :func:`scaling_explorer` assembles that explorer. Pure Python: no
+TensorFlow import.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ __all__ = [
     "datasheet_profile",
     "predict",
     "predict_step",
+    "scaling_explorer",
     "scaling_rows",
     "scaling_table",
     "scaling_update",
@@ -423,6 +425,58 @@ def scaling_update(profiles: Mapping[str, Profile], measured: Mapping[int, float
                                           measured if name == measured_on else {}))
 
     return update
+
+
+# The batch sizes per replica and model sizes (millions of parameters) the explorer offers.
+_EXPLORER_BATCHES = (8, 16, 32, 64, 128, 256, 512, 1024, 4096)
+_EXPLORER_PARAMS_M = (1.0, 10.0, 100.0, 1000.0)
+
+
+def scaling_explorer(machines: Mapping[str, Profile], measured: Mapping[int, float] | None = None, *,
+                     measured_on: str | None = None, replicas: int = 2, per_replica_batch: int = 64,
+                     params: int = 100_000, max_replicas: int = 8):
+    """The notebook's explorer: replicas, batch per replica, model size and machine in; prediction out.
+
+    Args:
+        machines: ``{name: Profile}``, the machines to choose from; the first is the default.
+        measured: ``{replicas: throughput gain over 1 replica}`` measured in the notebook, drawn as
+            points on ``measured_on``.
+        measured_on: the machine the measurement belongs to; defaults to the first one when
+            ``measured`` is given.
+        replicas, per_replica_batch, params: the starting values (the notebook's own model); the
+            batch and the model size join the offered choices if they are not among them.
+        max_replicas: the slider's and the curve's right end.
+
+    Returns:
+        a :class:`gpucourse.explore.Explorer`; call ``.show()``. Without widgets it prints the current
+        values and, for the first machine other than ``measured_on``, the notebook's model at 2
+        replicas and a 100M-parameter model at 1024 examples per replica.
+    """
+    from .explore import Explorer, dropdown, slider
+
+    if not isinstance(machines, Mapping) or not machines or not all(isinstance(p, Profile) for p in machines.values()):
+        raise TypeError(f"machines must be a non-empty {{name: scaling.Profile}} dict (see datasheet_profile and "
+                        f"calibrate), got {machines!r}")
+    if measured and measured_on is None:
+        measured_on = next(iter(machines))
+    max_replicas = _validate.whole("max_replicas", max_replicas, minimum=2)
+    replicas = _validate.whole("replicas", replicas, minimum=1, maximum=max_replicas)
+    per_replica_batch = _validate.whole("per_replica_batch", per_replica_batch)
+    params = _validate.whole("params", params)
+    update = scaling_update(machines, measured, measured_on, max_replicas=max_replicas)
+    params_m = round(params / 1e6, 3) or 0.001
+    controls = [slider("replicas", 1, max_replicas, replicas),
+                dropdown("per_replica_batch", sorted({*_EXPLORER_BATCHES, per_replica_batch}), per_replica_batch,
+                         label="examples per replica"),
+                dropdown("params_m", sorted({*_EXPLORER_PARAMS_M, params_m}), params_m,
+                         label="parameters (millions)"),
+                dropdown("machine", list(machines))]
+    others = [name for name in machines if name != measured_on]
+    presets = []
+    if others:
+        presets = [{"machine": others[0], "replicas": 2},
+                   {"machine": others[0], "replicas": 2, "per_replica_batch": 1024, "params_m": 100.0}]
+    return Explorer("scaling-model", update, controls, title="Data-parallel scaling model", presets=presets)
 
 
 def _scaling_figure(profile, name, params, batch, replicas, max_replicas, measured):
