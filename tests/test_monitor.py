@@ -47,8 +47,6 @@ def test_monitor_degrades_to_text_without_ipywidgets(monkeypatch, capsys):
     assert "fake: mean 50%" in capsys.readouterr().out
     with pytest.raises(ValueError, match="ipywidgets is not installed"):
         monitor.UtilisationMonitor({"fake": lambda: 1.0}, use_widgets=True)
-    assert monitor.utilisation_explorer() is None
-    assert "utilisation_view" in capsys.readouterr().out
 
 
 def test_monitor_widget_updates():
@@ -130,21 +128,47 @@ def test_utilisation_view_measures_and_draws():
         monitor.utilisation_view(None)
 
 
-def test_explorer_widget_measures_on_click():
+def test_explorer_widget_measures_on_run_and_keeps_its_values(monkeypatch):
     import ipywidgets
 
-    box = monitor.utilisation_explorer(steps=8)
+    from gpucourse import explore
+
+    monkeypatch.delenv("GPUCOURSE_STATIC", raising=False)
+    monkeypatch.setattr(explore, "_display", lambda obj: None)
+    monkeypatch.setitem(explore._STATE, "08-utilisation", {})
+    ex = monitor.utilisation_explorer(steps=6)
+    assert isinstance(ex, explore.Explorer) and ex.manual and ex.show() is None
+    box = ex.widget
     assert "gpucourse-explorer" in box._dom_classes
     parts = list(_walk(box))
     slider = next(w for w in parts if isinstance(w, ipywidgets.IntSlider))
+    prefetch = next(w for w in parts if isinstance(w, ipywidgets.Checkbox))
     button = next(w for w in parts if isinstance(w, ipywidgets.Button))
-    result = [w for w in parts if isinstance(w, ipywidgets.HTML) and w.value.startswith("utilisation")][0]
-    assert slider.description == "parallel calls" and button.description == "Measure"
-    assert result.value == "utilisation: not measured yet"
-    slider.value = 4
+    status = next(w for w in parts if "gpucourse-explorer-status" in w._dom_classes)
+    assert button.description == "Run" and (slider.min, slider.max, slider.value) == (1, 8, 1)
+    assert "utilisation: " in status.value and "1 parallel call " in status.value  # measured once when shown
+    before = status.value
+    slider.value, prefetch.value = 4, True
+    assert status.value == before  # manual: nothing measured until Run
     button.click()
-    assert result.value.startswith("utilisation: ") and "% with 4 parallel calls" in result.value
-    assert not button.disabled
+    assert status.value != before and "% with 4 parallel calls + prefetch" in status.value
+    again = monitor.utilisation_explorer(steps=6)  # the cell re-run: the explorer starts where it was
+    assert again.values == {"parallel_calls": 4, "prefetch": True}
+
+
+def test_explorer_static_fallback(monkeypatch, capsys):
+    from gpucourse import explore
+
+    monkeypatch.setenv("GPUCOURSE_STATIC", "1")
+    monkeypatch.setattr(explore, "_display", lambda obj: None)
+    monkeypatch.setitem(explore._STATE, "08-utilisation", {})
+    ex = monitor.utilisation_explorer(max_parallel=4, steps=4)
+    ex.show()
+    out = capsys.readouterr().out
+    assert ex.widget is None and "parallel_calls=1, prefetch=False" in out and "parallel_calls=4, prefetch=True" in out
+    assert out.count("utilisation: ") == 2 and "% with 4 parallel calls + prefetch" in out
+    with pytest.raises(ValueError, match="max_parallel"):
+        monitor.utilisation_explorer(max_parallel=1)
 
 
 @pytest.mark.parametrize("count, env, found", [
@@ -181,15 +205,15 @@ def test_monitor_shows_the_numbering_note_for_default_sources(monkeypatch):
     assert monitor.UtilisationMonitor({"x": lambda: 1.0}, use_widgets=False).note == ""
 
 
-def test_utilisation_readings_nvml_counts_any_kernel():
-    # back-to-back kernels on 1 of 40 SMs: NVML reads 100%, the SMs are 2.5% busy
+def test_sm_share_counts_sm_time_not_any_kernel():
+    # back-to-back kernels on 1 of 40 SMs: NVML would read 100%, the SMs are 2.5% busy
     tiny = [(i * 0.01, (i + 1) * 0.01, 1) for i in range(100)]
-    assert monitor.utilisation_readings(tiny, 0.0, 1.0, 40) == pytest.approx({"nvml": 1.0, "sm": 0.025})
-    # full-GPU kernels half the time, two of them overlapping, one partly outside the window
-    full = [(0.0, 0.3, 40), (0.2, 0.4, 40), (0.9, 1.5, 40)]
-    got = monitor.utilisation_readings(full, 0.0, 1.0, 40)
-    assert got["nvml"] == pytest.approx(0.5) and got["sm"] == pytest.approx(0.6)  # SM-time adds up: (0.3 + 0.2 + 0.1) x 40
-    assert monitor.utilisation_readings([], 0.0, 2.0, 80) == {"nvml": 0.0, "sm": 0.0}
+    assert monitor.sm_share(tiny, 0.0, 1.0, 40) == pytest.approx(0.025)
+    # full-GPU kernels, one partly outside the window: SM-time adds up, (0.3 + 0.1) x 40 of 1 s x 40
+    assert monitor.sm_share([(0.0, 0.3, 40), (0.9, 1.5, 40)], 0.0, 1.0, 40) == pytest.approx(0.4)
+    assert monitor.sm_share([(0.0, 1.0, 40), (0.0, 1.0, 40)], 0.0, 1.0, 40) == 1.0  # capped
+    assert monitor.sm_share([], 0.0, 2.0, 80) == 0.0
+    assert not hasattr(monitor, "utilisation_readings")  # the any-kernel share of spans is lab 08's q2
 
 
 @pytest.mark.parametrize("args, exc, match", [
@@ -200,6 +224,6 @@ def test_utilisation_readings_nvml_counts_any_kernel():
     (([(0.0, 1.0, 41)], 0.0, 1.0, 40), ValueError, "sms_used"),
     (([(1.0, 0.5, 1)], 0.0, 1.0, 40), ValueError, "end"),
 ])
-def test_utilisation_readings_bad_input(args, exc, match):
+def test_sm_share_bad_input(args, exc, match):
     with pytest.raises(exc, match=match):
-        monitor.utilisation_readings(*args)
+        monitor.sm_share(*args)

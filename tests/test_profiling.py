@@ -1,4 +1,4 @@
-"""gpucourse.profiling: trace capture, trace parsing, the step split and the capstone benchmark rows."""
+"""gpucourse.profiling: trace capture, trace parsing and the step split (the capstone benchmark is in simulate)."""
 
 import json
 import sys
@@ -130,19 +130,5 @@ def test_trace_helpers_bad_input(tmp_path):
 def test_module_does_one_job():
     """Traces and step breakdowns only: the simulator and the monitor live in their own modules."""
     for gone in ("SimulatedDevice", "measure_utilisation", "predicted_utilisation", "busy_time",
-                 "UtilisationMonitor", "utilisation_explorer"):
+                 "UtilisationMonitor", "utilisation_explorer", "benchmark"):
         assert not hasattr(profiling, gone), gone
-
-
-def test_benchmark_rows(monkeypatch):
-    from gpucourse import timing
-
-    real = timing.compare
-    monkeypatch.setattr(timing, "compare", lambda c, **kw: real(c, **{**kw, "warmup": 0, "repeats": 1}))
-    rows = profiling.benchmark(quick=True)
-    assert [r["case"] for r in rows] == ["slow: sequential maps", "prefetch only", "parallel maps x4 + prefetch"]
-    assert [r["bound_s"] for r in rows] == pytest.approx([12 * 0.075, 0.075 + 11 * 0.055, 0.075 + 11 * 0.02])
-    for r in rows:
-        assert r["topic"] == "08 capstone" and r["median_s"] >= 0.95 * r["bound_s"] and 0 < r["utilisation"] <= 1.05
-    with pytest.raises(TypeError, match="quick"):
-        profiling.benchmark(quick="yes")

@@ -1,4 +1,4 @@
-"""gpucourse.simulate: the recorder, stages, the device, runs, the pipeline description and its bound.
+"""gpucourse.simulate: the recorder, stages, the device, runs, the pipeline description and its bound, the capstone benchmark rows.
 
 Timing assertions are made only on sleep-based work, where ratios are structural, and they are generous.
 """
@@ -300,3 +300,17 @@ def test_a_stage_holding_the_gil_does_not_run_in_parallel():
     assert time.thread_time() - t0 >= 0.01  # CPU time, never less
     assert seconds(sleeps, None) / seconds(sleeps, 4) > 2.0
     assert seconds(computes, None) / seconds(computes, 4) < 1.6
+
+
+def test_capstone_benchmark_rows(monkeypatch):
+    from gpucourse import timing
+
+    real = timing.compare
+    monkeypatch.setattr(timing, "compare", lambda c, **kw: real(c, **{**kw, "warmup": 0, "repeats": 1}))
+    rows = simulate.benchmark(quick=True)
+    assert [r["case"] for r in rows] == ["slow: sequential maps", "prefetch only", "parallel maps x4 + prefetch"]
+    assert [r["bound_s"] for r in rows] == pytest.approx([12 * 0.075, 0.075 + 11 * 0.055, 0.075 + 11 * 0.02])
+    for r in rows:
+        assert r["topic"] == "08 capstone" and r["median_s"] >= 0.95 * r["bound_s"] and 0 < r["utilisation"] <= 1.05
+    with pytest.raises(TypeError, match="quick"):
+        simulate.benchmark(quick="yes")

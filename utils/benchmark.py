@@ -29,7 +29,7 @@ SOURCES = (
     ("gpucourse.startup", "01 thread pools: intra/inter-op settings vs one thread"),
     ("gpucourse.pipeline", "07 tf.data: pipelines vs max(producer, consumer)"),
     ("gpucourse.xla", "06 XLA: eager vs tf.function vs jit_compile"),
-    ("gpucourse.profiling", "08 capstone: accelerator utilisation, slow vs tuned"),
+    ("gpucourse.simulate", "08 capstone: accelerator utilisation, slow vs tuned"),
 )
 REQUIRED_KEYS = ("topic", "case", "median_s", "bound_s", "ratio_to_bound", "speedup", "note")
 

@@ -1,19 +1,19 @@
-"""Watch utilisation: a live monitor of the GPU (NVML) or CPU (psutil), and an explorer of the simulated one.
+"""Watch how busy the hardware is while something runs: the GPU (NVML), the CPU (psutil), or the simulated one.
 
-One job, watching how busy the hardware is while something runs:
+One job, reading utilisation and showing it:
 
 * :class:`UtilisationMonitor` samples sources in a background thread into an
   ipywidgets panel that updates while your training cell runs, and falls back
   to text (with a :func:`sparkline`) without ipywidgets. :func:`default_sources`
   picks NVML for each NVIDIA GPU, else the CPU load; :func:`device_source`
   turns a :class:`gpucourse.simulate.Device` into a source.
-* What the numbers mean: :func:`utilisation_readings` computes, for kernels
-  you describe, NVML's reading (the share of time *any* kernel ran) next to the
-  share of the GPU's SMs they kept busy; :func:`gpu_numbering_note` says when
-  NVML's GPU numbers differ from TensorFlow's.
-* :func:`utilisation_explorer` is a widget that measures the simulated capstone
-  pipeline at the parallelism you pick; :func:`utilisation_view` is its pure
-  update function (usable with :mod:`gpucourse.explore`).
+* What the numbers mean: NVML's reading (``nvidia-smi``'s GPU-Util) is the
+  share of time *any* kernel ran; :func:`sm_share` is the other reading, the
+  share of the GPU's SM-time kernels kept busy; :func:`gpu_numbering_note` says
+  when NVML's GPU numbers differ from TensorFlow's.
+* :func:`utilisation_explorer` (a :class:`gpucourse.explore.Explorer`) reads
+  the utilisation of the simulated capstone pipeline at the parallelism you
+  pick; :func:`utilisation_view` is its update function.
 
 Only ipywidgets API common to 7.7 (Colab) and 8 is used. Importing this module
 never imports TensorFlow.
@@ -28,10 +28,11 @@ import time
 from typing import Callable, Mapping, Sequence
 
 from . import _validate
+from .explore import Explorer, View, checkbox, slider
 from .simulate import AUGMENT_S, LOAD_S, STEP_S, STEPS, Device, Pipeline
 
-__all__ = ["UtilisationMonitor", "default_sources", "device_source", "gpu_numbering_note", "sparkline",
-           "utilisation_explorer", "utilisation_readings", "utilisation_view"]
+__all__ = ["UtilisationMonitor", "default_sources", "device_source", "gpu_numbering_note", "sm_share", "sparkline",
+           "utilisation_explorer", "utilisation_view"]
 
 _SPARK = "▁▂▃▄▅▆▇█"
 
@@ -132,14 +133,13 @@ def gpu_numbering_note(gpu_count: int, environ: Mapping[str, str] | None = None)
     return "GPU n (NVML) may not be TensorFlow's /GPU:n: " + "; ".join(reasons) + "."
 
 
-def utilisation_readings(kernels: Sequence, start_s: float, end_s: float, sm_count: int) -> dict[str, float]:
-    """Two readings of one window of GPU time, for kernels described as ``(start_s, end_s, sms_used)``.
+def sm_share(kernels: Sequence, start_s: float, end_s: float, sm_count: int) -> float:
+    """Share of a GPU's SM-time that kernels described as ``(start_s, end_s, sms_used)`` kept busy in a window.
 
-    * ``"nvml"``: the share of the window during which at least one kernel ran, which is what
-      ``nvmlDeviceGetUtilizationRates(...).gpu`` (and ``nvidia-smi``'s GPU-Util) reports: "percent of time
-      over the past sample period during which one or more kernels was executing on the GPU".
-    * ``"sm"``: the share of the GPU's SM-time the kernels occupied (SMs used x time / ``sm_count`` x window),
-      capped at 1. A tiny kernel on one SM of 40 counts fully for ``"nvml"`` and 1/40 for ``"sm"``.
+    SMs used x time, added up over the kernels (clipped to the window), divided by ``sm_count`` x window and
+    capped at 1. This is *not* what ``nvidia-smi``'s GPU-Util reports (NVML's
+    ``nvmlDeviceGetUtilizationRates(...).gpu``: the share of time at least one kernel ran, however few
+    SMs it used): a kernel on one SM of a T4's 40 counts as 1/40 here.
     """
     start_s = _validate.real("start_s", start_s)
     end_s = _validate.real("end_s", end_s)
@@ -148,27 +148,15 @@ def utilisation_readings(kernels: Sequence, start_s: float, end_s: float, sm_cou
     sm_count = _validate.whole("sm_count", sm_count, 1, what="the GPU's number of SMs, e.g. 40 on a T4")
     if isinstance(kernels, (str, bytes)) or not isinstance(kernels, Sequence):
         raise TypeError(f"kernels must be a list of (start_s, end_s, sms_used), got {type(kernels).__name__}")
-    spans, sm_time = [], 0.0
+    sm_time = 0.0
     for i, k in enumerate(kernels):
         if not isinstance(k, Sequence) or len(k) != 3:
             raise TypeError(f"kernels[{i}] must be (start_s, end_s, sms_used), got {k!r}")
         s = _validate.real(f"kernels[{i}] start", k[0])
         e = _validate.real(f"kernels[{i}] end", k[1], s)
         sms = _validate.whole(f"kernels[{i}] sms_used", k[2], 1, sm_count)
-        s, e = max(s, start_s), min(e, end_s)
-        if e > s:
-            spans.append((s, e))
-            sm_time += (e - s) * sms
-    busy, cur = 0.0, None
-    for s, e in sorted(spans):
-        if cur is None or s > cur[1]:
-            busy += cur[1] - cur[0] if cur else 0.0
-            cur = [s, e]
-        else:
-            cur[1] = max(cur[1], e)
-    busy += cur[1] - cur[0] if cur else 0.0
-    window = end_s - start_s
-    return {"nvml": busy / window, "sm": min(1.0, sm_time / (sm_count * window))}
+        sm_time += max(0.0, min(e, end_s) - max(s, start_s)) * sms
+    return min(1.0, sm_time / (sm_count * (end_s - start_s)))
 
 
 def _widgets():
@@ -368,8 +356,6 @@ def utilisation_view(parallel_calls: int = 1, prefetch: bool = False, steps: int
     could reach (its bound); with ``plot``, the run's timeline as its figure.
     About ``steps x step_s`` plus start-up: ~0.6 s for the default 24 steps.
     """
-    from .explore import View
-
     k = _validate.whole("parallel_calls", parallel_calls, 1)
     run = Pipeline(stages=(("load", load_s), ("augment", augment_s)), step_s=step_s, n=_validate.whole("steps", steps),
                    parallel=k, prefetch=prefetch).run()
@@ -389,42 +375,32 @@ def utilisation_view(parallel_calls: int = 1, prefetch: bool = False, steps: int
     return View(text, figure)
 
 
+class _ShowingExplorer(Explorer):
+    """An :class:`~gpucourse.explore.Explorer` that also shows itself when it is a cell's last value."""
+
+    def _ipython_display_(self):
+        self.show()
+
+
 def utilisation_explorer(max_parallel: int = 8, steps: int = STEPS, step_s: float = STEP_S,
-                         load_s: float = LOAD_S, augment_s: float = AUGMENT_S):
-    """A widget: pick the parallelism of the simulated pipeline, press Measure, read the utilisation.
+                         load_s: float = LOAD_S, augment_s: float = AUGMENT_S) -> Explorer:
+    """The explorer of notebook 08: pick ``num_parallel_calls`` (and prefetch), press Run, read the utilisation.
 
-    It always measures the course's pipeline (see :func:`utilisation_view`),
-    never your own code; each measurement takes about a second. Without
-    ipywidgets it prints how to call :func:`utilisation_view` and returns None.
+    It always measures the course's simulated pipeline (see :func:`utilisation_view`, its update function),
+    never your own code; each measurement takes about a second. Call ``.show()`` on the result (as the
+    last line of a cell, the result shows itself). It keeps its values when the cell is re-run; without
+    widgets (or with ``GPUCOURSE_STATIC=1``) it prints the current setting and two presets instead.
     """
-    _validate.whole("max_parallel", max_parallel)
+    max_parallel = _validate.whole("max_parallel", max_parallel, 2)
     _validate.whole("steps", steps)
-    w = _widgets()
-    if w is None:
-        print("ipywidgets is not installed, so no explorer widget. Measure from code instead:\n"
-              "    print(monitor.utilisation_view(parallel_calls=4).text)")
-        return None
-    title = w.HTML(value=(f"<b>Utilisation explorer</b>: device step {step_s * 1e3:.0f} ms, load "
-                          f"{load_s * 1e3:.0f} ms, augment {augment_s * 1e3:.0f} ms per element, {steps} steps"))
-    slider = w.IntSlider(value=1, min=1, max=max_parallel, step=1, description="parallel calls")
-    button = w.Button(description="Measure")
-    result = w.HTML(value="utilisation: not measured yet")
-    history = w.Label(value="")
-    runs: list[str] = []
 
-    def measure(_=None):
-        button.disabled = True
-        try:
-            text = utilisation_view(slider.value, False, steps, step_s, load_s, augment_s).text
-            runs.append(f"{slider.value}: {text.split()[1]}")
-            history.value = "so far (parallel calls: utilisation): " + ", ".join(runs[-8:])
-        except Exception as err:  # show, never raise into the widget machinery
-            text = f"utilisation: measurement failed ({type(err).__name__}: {err})"
-        finally:
-            button.disabled = False
-        result.value = text
+    def update(parallel_calls: int, prefetch: bool):
+        return utilisation_view(parallel_calls, prefetch, steps, step_s, load_s, augment_s, plot=True)
 
-    button.on_click(measure)
-    box = w.VBox([title, w.HBox([slider, button]), result, history])
-    box.add_class("gpucourse-explorer")
-    return box
+    controls = [slider("parallel_calls", 1, max_parallel, 1, label="num_parallel_calls (both maps)"),
+                checkbox("prefetch", False, "prefetch(AUTOTUNE)")]
+    presets = [{"parallel_calls": 1, "prefetch": False},
+               {"parallel_calls": min(max_parallel, 4), "prefetch": True}]
+    return _ShowingExplorer("08-utilisation", update, controls, manual=True, presets=presets,
+                            title=(f"Utilisation explorer (device step {step_s * 1e3:.0f} ms, load "
+                                   f"{load_s * 1e3:.0f} ms, augment {augment_s * 1e3:.0f} ms, {steps} steps)"))

@@ -13,10 +13,10 @@ One job, traces and what they say about each step:
   trace-viewer JSON. :func:`step_breakdown` splits every step into input
   time, compute time and the rest.
 
-:func:`benchmark` measures the capstone (on :mod:`gpucourse.simulate`, where the
-simulated accelerator lives) for ``python -m gpucourse.benchmark``; the live
-utilisation monitor is in :mod:`gpucourse.monitor`. Importing this module never
-imports TensorFlow: everything that needs it imports it when called.
+The simulated accelerator and the capstone's benchmark live in
+:mod:`gpucourse.simulate`, the live utilisation monitor in :mod:`gpucourse.monitor`.
+Importing this module never imports TensorFlow: everything that needs it imports
+it when called.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from . import _validate
 from ._tf import tf as _tf
 from .simulate import TimelineEvent
 
-__all__ = ["StepBreakdown", "StepSplit", "TraceCapture", "TraceEvent", "benchmark", "capture_trace", "find_xplane",
+__all__ = ["StepBreakdown", "StepSplit", "TraceCapture", "TraceEvent", "capture_trace", "find_xplane",
            "load_trace", "parse_trace", "region", "run_traced_steps", "step_breakdown", "step_marker"]
 
 
@@ -385,42 +385,3 @@ def step_breakdown(events, step_name: str = "train", input_names: Sequence[str] 
         out.append(StepSplit(int(st.args["step_num"]), st.start_us, st.dur_us / 1e3, _union_us(inp) / 1e3,
                              _union_us(comp) / 1e3, inp, comp))
     return StepBreakdown(out)
-
-
-# --------------------------------------------------------------------------- the capstone, for the benchmark
-
-
-def benchmark(quick: bool = False) -> list[dict]:
-    """The capstone side by side (slow, prefetch only, tuned) on :mod:`gpucourse.simulate`, for the benchmark.
-
-    Rows have ``topic, case, median_s, bound_s, ratio_to_bound, speedup, utilisation, note``: the median
-    epoch (3 repeats after a warm-up), the bound of that pipeline, and the median measured utilisation
-    (steps x step time / time) beside the best it could be. About 12 s (``quick``: one run each, ~3 s).
-    """
-    import statistics
-
-    from .simulate import Pipeline
-    from .timing import compare
-
-    if not isinstance(quick, bool):
-        raise TypeError(f"quick must be True or False, got {quick!r}")
-    base = Pipeline(n=12 if quick else 20)
-    cases = {"slow: sequential maps": {}, "prefetch only": {"prefetch": True},
-             "parallel maps x4 + prefetch": {"parallel": 4, "prefetch": True}}
-    work = {name: base.workload() for name in cases}
-    runs: dict[str, list] = {name: [] for name in cases}
-
-    def go(name):
-        return lambda: runs[name].append(work[name].run(**cases[name]))
-
-    comp = compare({name: go(name) for name in cases}, warmup=0 if quick else 1, repeats=1 if quick else 3)
-    rows = []
-    for name in cases:
-        timed = runs[name][-len(comp[name].times_s):]
-        bound = timed[0].bound_s
-        rows.append({"topic": "08 capstone", "case": name, "median_s": comp[name].median_s, "bound_s": bound,
-                     "ratio_to_bound": comp[name].median_s / bound, "speedup": comp.speedup(name),
-                     "utilisation": statistics.median(r.utilisation for r in timed),
-                     "note": f"{base.n} steps of {base.step_s * 1e3:.0f} ms; best utilisation "
-                             f"{timed[0].best_utilisation:.0%}"})
-    return rows

@@ -14,6 +14,7 @@ fixed time, so results depend on how a pipeline overlaps work, not on how busy t
   batched (``batch``) and vectorised (``vectorise``: batch before the maps); :class:`Workload`
   holds its live parts, and ``Workload.run(**toggles)`` returns a :class:`Run` carrying the bound
   of exactly what ran.
+* :func:`benchmark`: topic 08's capstone measured on these parts, for ``python -m gpucourse.benchmark``.
 
 One model throughout: the **bound** is the shortest possible epoch (the first batch through
 every stage, then one batch per ``cost / parallelism`` of the slowest thread of work); the
@@ -34,7 +35,7 @@ from ._tf import tf as _tf
 
 __all__ = [
     "AUTOTUNE", "AUGMENT_S", "LOAD_S", "POOL_THREADS", "STEPS", "STEP_S", "TOGGLES",
-    "Device", "Lanes", "Pipeline", "Run", "Stage", "TimelineEvent", "Workload", "feed", "source",
+    "Device", "Lanes", "Pipeline", "Run", "Stage", "TimelineEvent", "Workload", "benchmark", "feed", "source",
 ]
 
 #: What a :class:`Pipeline` lets you switch, without changing its costs.
@@ -340,3 +341,40 @@ class Workload:
             entry[2] = True  # a full epoch completes a cache
         return run
 
+
+# --------------------------------------------------------------------------- the capstone, for the benchmark
+
+
+def benchmark(quick: bool = False) -> list[dict]:
+    """Topic 08's capstone side by side (slow, prefetch only, tuned), for ``python -m gpucourse.benchmark``.
+
+    Rows have ``topic, case, median_s, bound_s, ratio_to_bound, speedup, utilisation, note``: the median
+    epoch (3 repeats after a warm-up), the bound of that pipeline, and the median measured utilisation
+    (steps x step time / time) beside the best it could be. About 12 s (``quick``: one run each, ~3 s).
+    """
+    import statistics
+
+    from .timing import compare
+
+    if not isinstance(quick, bool):
+        raise TypeError(f"quick must be True or False, got {quick!r}")
+    base = Pipeline(n=12 if quick else 20)
+    cases = {"slow: sequential maps": {}, "prefetch only": {"prefetch": True},
+             "parallel maps x4 + prefetch": {"parallel": 4, "prefetch": True}}
+    work = {name: base.workload() for name in cases}
+    runs: dict[str, list] = {name: [] for name in cases}
+
+    def go(name):
+        return lambda: runs[name].append(work[name].run(**cases[name]))
+
+    comp = compare({name: go(name) for name in cases}, warmup=0 if quick else 1, repeats=1 if quick else 3)
+    rows = []
+    for name in cases:
+        timed = runs[name][-len(comp[name].times_s):]
+        bound = timed[0].bound_s
+        rows.append({"topic": "08 capstone", "case": name, "median_s": comp[name].median_s, "bound_s": bound,
+                     "ratio_to_bound": comp[name].median_s / bound, "speedup": comp.speedup(name),
+                     "utilisation": statistics.median(r.utilisation for r in timed),
+                     "note": f"{base.n} steps of {base.step_s * 1e3:.0f} ms; best utilisation "
+                             f"{timed[0].best_utilisation:.0%}"})
+    return rows
