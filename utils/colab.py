@@ -21,6 +21,8 @@ import os
 import sys
 import warnings
 
+from . import _tf, _validate
+
 __all__ = ["REPO", "BRANCH", "SETUP_CELL", "TESTED", "badge", "colab_url", "kaggle_url", "check_versions",
            "in_colab", "in_kaggle", "platform", "setup", "version_problems"]
 
@@ -66,8 +68,7 @@ def platform() -> str:
 
 
 def _notebook_path(path: str) -> str:
-    if not isinstance(path, str):
-        raise TypeError(f"path must be a string like 'notebooks/01_x.ipynb', got {type(path).__name__}")
+    _validate.text("path", path, what="a notebook path like 'notebooks/01_x.ipynb'")
     if not path.endswith(".ipynb"):
         raise ValueError(f"path must be a notebook path like 'notebooks/01_x.ipynb', got {path!r}")
     return path.lstrip("/")
@@ -137,8 +138,7 @@ def version_problems() -> list[str]:
     """
     problems = []
     try:
-        import tensorflow as tf
-
+        tf = _tf.tf()
         if _v(tf.__version__) < (2, 16):
             problems.append(f"TensorFlow {tf.__version__} is too old (Keras 3 arrived in 2.16); "
                             "upgrade with: pip install -U 'tensorflow>=2.19'")
@@ -148,8 +148,7 @@ def version_problems() -> list[str]:
     except ImportError:
         problems.append("TensorFlow is not installed: run `make lab` locally, or pip install tensorflow-cpu")
     try:
-        import keras
-
+        keras = _tf.keras()
         if _v(keras.__version__) < (3, 0):
             problems.append(f"Keras {keras.__version__} is Keras 2; the course needs Keras 3 "
                             "(unset TF_USE_LEGACY_KERAS and restart)")
@@ -178,13 +177,18 @@ def _in_range(package: str, version: str) -> bool:
     return lo <= _v(version) <= hi
 
 
+def _version(module) -> str:
+    """``module().__version__``, or "missing" when it cannot be imported (version_problems() says why)."""
+    try:
+        return module().__version__
+    except ImportError:
+        return "missing"
+
+
 def check_versions() -> None:
     """Print which environment this is and the tested range; warn about each of :func:`version_problems`."""
     problems = version_problems()
-    import keras
-    import tensorflow as tf
-
-    print(f"gpucourse ready ({platform()}; TensorFlow {tf.__version__}, Keras {keras.__version__}; "
+    print(f"gpucourse ready ({platform()}; TensorFlow {_version(_tf.tf)}, Keras {_version(_tf.keras)}; "
           f"tested with TensorFlow {_range('tensorflow')}, Keras {_range('keras')})")
     for p in problems:
         warnings.warn(p, stacklevel=2)
