@@ -21,7 +21,9 @@ import os
 import sys
 import warnings
 
-from . import _tf, _validate
+# No imports from the rest of gpucourse (not even _tf or _validate): .ci/colab_setup.py loads this
+# file on its own, before the package is installed, to read SETUP_CELL. So TensorFlow and Keras are
+# imported directly below, inside functions, which keeps them as lazy as gpucourse._tf does.
 
 __all__ = ["REPO", "BRANCH", "SETUP_CELL", "TESTED", "badge", "colab_url", "kaggle_url", "check_versions",
            "in_colab", "in_kaggle", "platform", "setup", "version_problems"]
@@ -68,7 +70,8 @@ def platform() -> str:
 
 
 def _notebook_path(path: str) -> str:
-    _validate.text("path", path, what="a notebook path like 'notebooks/01_x.ipynb'")
+    if not isinstance(path, str):  # the policy of gpucourse._validate, restated (see the imports)
+        raise TypeError(f"path must be a string like 'notebooks/01_x.ipynb', got {type(path).__name__}")
     if not path.endswith(".ipynb"):
         raise ValueError(f"path must be a notebook path like 'notebooks/01_x.ipynb', got {path!r}")
     return path.lstrip("/")
@@ -138,7 +141,8 @@ def version_problems() -> list[str]:
     """
     problems = []
     try:
-        tf = _tf.tf()
+        import tensorflow as tf
+
         if _v(tf.__version__) < (2, 16):
             problems.append(f"TensorFlow {tf.__version__} is too old (Keras 3 arrived in 2.16); "
                             "upgrade with: pip install -U 'tensorflow>=2.19'")
@@ -148,7 +152,8 @@ def version_problems() -> list[str]:
     except ImportError:
         problems.append("TensorFlow is not installed: run `make lab` locally, or pip install tensorflow-cpu")
     try:
-        keras = _tf.keras()
+        import keras
+
         if _v(keras.__version__) < (3, 0):
             problems.append(f"Keras {keras.__version__} is Keras 2; the course needs Keras 3 "
                             "(unset TF_USE_LEGACY_KERAS and restart)")
@@ -177,10 +182,12 @@ def _in_range(package: str, version: str) -> bool:
     return lo <= _v(version) <= hi
 
 
-def _version(module) -> str:
-    """``module().__version__``, or "missing" when it cannot be imported (version_problems() says why)."""
+def _version(package: str) -> str:
+    """``package.__version__``, or "missing" when it cannot be imported (version_problems() says why)."""
+    import importlib
+
     try:
-        return module().__version__
+        return importlib.import_module(package).__version__
     except ImportError:
         return "missing"
 
@@ -188,7 +195,7 @@ def _version(module) -> str:
 def check_versions() -> None:
     """Print which environment this is and the tested range; warn about each of :func:`version_problems`."""
     problems = version_problems()
-    print(f"gpucourse ready ({platform()}; TensorFlow {_version(_tf.tf)}, Keras {_version(_tf.keras)}; "
+    print(f"gpucourse ready ({platform()}; TensorFlow {_version('tensorflow')}, Keras {_version('keras')}; "
           f"tested with TensorFlow {_range('tensorflow')}, Keras {_range('keras')})")
     for p in problems:
         warnings.warn(p, stacklevel=2)
