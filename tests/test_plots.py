@@ -25,13 +25,16 @@ def test_helpers_draw():
     assert len(ax.patches) == 2
 
 
-@pytest.mark.parametrize("bad", [
-    lambda: plots.ratio_bars({}),
-    lambda: plots.ratio_bars({"a": "fast"}),
-    lambda: plots.timeline([]),
-    lambda: plots.timeline([("a", 1.0, 0.5)]),
-    lambda: plots.lines([1, 2], {"a": [1]}),
+@pytest.mark.parametrize("bad, exc, match", [
+    (lambda: plots.ratio_bars({}), ValueError, "values must be a non-empty dict"),
+    (lambda: plots.ratio_bars([1.0]), TypeError, "values must be a dict"),
+    (lambda: plots.ratio_bars({"a": "fast"}), TypeError, "numbers"),
+    (lambda: plots.timeline([]), ValueError, "events must be a non-empty list"),
+    (lambda: plots.timeline([("a", 1.0)]), TypeError, "lane, start_s, end_s"),
+    (lambda: plots.timeline([("a", 1.0, 0.5)]), ValueError, "end at or after its start"),
+    (lambda: plots.lines([1, 2], {"a": [1]}), ValueError, "has 1 values but x has 2"),
+    (lambda: plots.lines([1, 2], [[1, 2]]), TypeError, "ys must be a dict"),
 ])
-def test_bad_input(bad):
-    with pytest.raises((ValueError, TypeError)):
+def test_bad_input(bad, exc, match):
+    with pytest.raises(exc, match=match):
         bad()

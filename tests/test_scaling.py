@@ -154,8 +154,10 @@ def test_explorer_update_predicts_and_draws_measured_points_only_where_measured(
     plt.close(small.figure)
     with pytest.raises(ValueError, match="machine must be one of"):
         update(machine="TPU")
-    with pytest.raises(TypeError, match="profiles"):
+    with pytest.raises(ValueError, match="profiles must be a non-empty dict"):
         S.scaling_update({})
+    with pytest.raises(TypeError, match="profiles"):
+        S.scaling_update({"cpu": "fast"})
 
 
 def test_scaling_explorer_controls_on_change_state_and_static_fallback(monkeypatch, capsys):

@@ -141,8 +141,9 @@ def test_timing_percentiles():
 
 
 @pytest.mark.parametrize("values, q, exc", [([], 50, ValueError), ([1.0], 101, ValueError),
-                                            ([1.0], -1, ValueError), ("12", 50, ValueError),
-                                            ([1.0], "p99", TypeError)])
+                                            ([1.0], -1, ValueError), ("12", 50, TypeError),
+                                            ([1.0], "p99", TypeError), ({"a": 1.0}, 50, TypeError),
+                                            ([1.0, "2"], 50, TypeError), ([1.0, float("nan")], 50, ValueError)])
 def test_percentile_bad_input(values, q, exc):
     with pytest.raises(exc):
         timing.percentile(values, q)

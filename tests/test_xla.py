@@ -111,7 +111,7 @@ def test_padding_cost():
 
 @pytest.mark.parametrize("lengths, buckets, exc, match", [
     ([513], [512], ValueError, "does not fit"), ([], [8], ValueError, "lengths"), ([3], [], ValueError, "buckets"),
-    ([3], [0, 4], ValueError, "bucket"), ([3], "8", ValueError, "buckets"), ([2.5], [8], TypeError, "length"),
+    ([3], [0, 4], ValueError, "bucket"), ([3], "8", TypeError, "buckets"), (5, [8], TypeError, "lengths"), ([2.5], [8], TypeError, "length"),
     ([3], [True], TypeError, "bucket"),
 ])
 def test_padding_cost_bad_input(lengths, buckets, exc, match):
@@ -145,7 +145,7 @@ def test_probes_count_compilations():
 
 
 def test_run_probes_bad_input():
-    with pytest.raises(TypeError, match="ProbeJob"):
+    with pytest.raises(ValueError, match="jobs must be a non-empty list of ProbeJob"):
         xla.run_probes([])
     with pytest.raises(TypeError, match="ProbeJob"):
         xla.run_probes(["print(1)"])

@@ -5,7 +5,8 @@ the distinctive name ``gpucourse`` (``pip install -e .``), so notebooks write::
 
     from gpucourse import devices, timing
 
-One module per topic, plus shared plumbing:
+One job per module, numbered by the topic that teaches it, plus shared
+helpers; each is ``gpucourse.<name>``, imported on first use:
 
 =====================  =======================================================
 ``devices``            01 device report, environment doctor, logical devices
@@ -13,8 +14,10 @@ One module per topic, plus shared plumbing:
 ``placement``          02 placement logging and op -> device tables
 ``memory``             03 memory growth, limits, peak-memory measurement
 ``memory_explorer``    03 memory explorer: batch, precision, accumulation vs a budget
-``distribute``         04 MirroredStrategy and multi-worker helpers
-``precision``          05 dtype policies, and the topic's one import
+``distribute``         04 one process: MirroredStrategy batch arithmetic, devices, all-reduce, sharding
+``multiworker``        04 several processes: MultiWorkerMirroredStrategy on 127.0.0.1, failures
+``scaling``            04 does data parallelism pay: compute vs all-reduce model, the scaling explorer
+``precision``          05 Keras dtype policies (re-exports the three modules below)
 ``precision_formats``  05 number formats, casts, TF32 emulation
 ``precision_scaling``  05 loss scaling, its explorers, replicas under a strategy
 ``precision_hardware`` 05 Tensor Core support, data-sheet peaks, TF32 switch, advice
@@ -24,18 +27,24 @@ One module per topic, plus shared plumbing:
 ``pipeline``           07 tf.data tuning: the notebook's workload and variants, options, epoch orders
 ``simulate``           07/08 simulated accelerator: stages, device, lane recorder, runs vs their bound
 ``profiling``          08 trace capture and reading, step breakdowns, capstone benchmark
+``bottleneck``         08 what limits a step (input, host or device) from its time breakdown
 ``monitor``            08 live utilisation monitor (NVML/CPU) and the utilisation explorer
 ``explore``            interactive explorers (widgets, with a static fallback)
 ``timing``             warm-up + repeats + medians, ratio tables
 ``logcapture``         capture C-level log output (TensorFlow's C++ logs)
 ``plots``              small matplotlib helpers shared by the notebooks
-``colab``              setup cell support for Google Colab
-``grading``            in-notebook ``check()`` and the command-line grader
-``labtests``           the public tests of each lab (``labNN.py``)
-``labgen``             generates ``labs/`` from ``solutions/``
-``authoring``          builds notebooks from percent-format source
-``benchmark``          the tf.data / XLA / capstone ratio table
+``colab``              setup cell and badges for Google Colab and Kaggle
+``grading``            in-notebook ``check()`` and the command-line grader (package)
+``labtests``           the public tests of each lab, ``labNN.py`` (package)
 =====================  =======================================================
+
+Command-line tools, run as ``python -m gpucourse.<name>`` (not attributes of
+the package): ``labgen`` generates ``labs/`` from ``solutions/``,
+``authoring`` builds and executes notebooks from percent-format source,
+``benchmark`` prints the tf.data / XLA / capstone ratio table. Private
+plumbing (``_validate``: one argument-checking policy; ``_tf``: the one lazy
+TensorFlow import; ``_probe``: fresh-process probes; ``_simparts``) is not
+part of the public interface.
 
 Modules are imported lazily so that ``import gpucourse`` never imports
 TensorFlow (and so never initialises its runtime) by itself.
@@ -47,18 +56,22 @@ import importlib
 
 __version__ = "0.1.0"
 
+#: Every row of the module map above (tests/test_module_map.py keeps the two in step).
 _SUBMODULES = (
+    "bottleneck",
     "colab",
     "determinism",
     "devices",
-    "explore",
     "distribute",
+    "explore",
     "grading",
+    "labtests",
     "latency",
     "logcapture",
     "memory",
     "memory_explorer",
     "monitor",
+    "multiworker",
     "pipeline",
     "placement",
     "plots",
@@ -67,6 +80,7 @@ _SUBMODULES = (
     "precision_hardware",
     "precision_scaling",
     "profiling",
+    "scaling",
     "simulate",
     "startup",
     "timing",

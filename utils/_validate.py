@@ -16,7 +16,7 @@ import math
 import numbers
 from typing import Iterable, Mapping
 
-__all__ = ["whole", "real", "seconds", "text", "one_of", "env_vars", "callable_"]
+__all__ = ["whole", "real", "seconds", "text", "one_of", "env_vars", "callable_", "mapping", "sequence"]
 
 
 def _hint(what: str) -> str:
@@ -71,6 +71,39 @@ def one_of(name: str, value, options: Iterable):
     if value not in options:
         raise ValueError(f"{name} must be one of {', '.join(map(repr, options))}; got {value!r}")
     return value
+
+
+def mapping(name: str, value, what: str = "") -> Mapping:
+    """A non-empty mapping (``dict``): TypeError for anything else, ValueError when empty.
+
+    ``what`` describes the expected shape, e.g. ``"{label: seconds}"``.
+    """
+    shape = what or "{key: value}"
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{name} must be a dict like {shape}, got {_short(value)} of type {type(value).__name__}")
+    if not value:
+        raise ValueError(f"{name} must be a non-empty dict like {shape}, got {{}}: give at least one entry")
+    return value
+
+
+def sequence(name: str, value, what: str = "") -> list:
+    """A non-empty ordered collection (list, tuple, range, NumPy array...) as a ``list``.
+
+    A string, a dict or a set is a TypeError (one is a single value, the others
+    have no meaningful order); an empty collection is a ValueError.
+    """
+    shape = what or "items"
+    if isinstance(value, (str, bytes, Mapping, set, frozenset)) or not isinstance(value, Iterable):
+        raise TypeError(f"{name} must be a list of {shape}, got {_short(value)} of type {type(value).__name__}")
+    items = list(value)
+    if not items:
+        raise ValueError(f"{name} must be a non-empty list of {shape}, got an empty {type(value).__name__}")
+    return items
+
+
+def _short(value, limit: int = 80) -> str:
+    text_ = repr(value)
+    return text_ if len(text_) <= limit else text_[: limit - 3] + "..."
 
 
 def env_vars(name: str, value: Mapping | None) -> dict[str, str]:

@@ -21,6 +21,10 @@ import os
 import sys
 import warnings
 
+# No imports from the rest of gpucourse (not even _tf or _validate): .ci/colab_setup.py loads this
+# file on its own, before the package is installed, to read SETUP_CELL. So TensorFlow and Keras are
+# imported directly below, inside functions, which keeps them as lazy as gpucourse._tf does.
+
 __all__ = ["REPO", "BRANCH", "SETUP_CELL", "TESTED", "badge", "colab_url", "kaggle_url", "check_versions",
            "in_colab", "in_kaggle", "platform", "setup", "version_problems"]
 
@@ -66,7 +70,7 @@ def platform() -> str:
 
 
 def _notebook_path(path: str) -> str:
-    if not isinstance(path, str):
+    if not isinstance(path, str):  # the policy of gpucourse._validate, restated (see the imports)
         raise TypeError(f"path must be a string like 'notebooks/01_x.ipynb', got {type(path).__name__}")
     if not path.endswith(".ipynb"):
         raise ValueError(f"path must be a notebook path like 'notebooks/01_x.ipynb', got {path!r}")
@@ -178,13 +182,20 @@ def _in_range(package: str, version: str) -> bool:
     return lo <= _v(version) <= hi
 
 
+def _version(package: str) -> str:
+    """``package.__version__``, or "missing" when it cannot be imported (version_problems() says why)."""
+    import importlib
+
+    try:
+        return importlib.import_module(package).__version__
+    except ImportError:
+        return "missing"
+
+
 def check_versions() -> None:
     """Print which environment this is and the tested range; warn about each of :func:`version_problems`."""
     problems = version_problems()
-    import keras
-    import tensorflow as tf
-
-    print(f"gpucourse ready ({platform()}; TensorFlow {tf.__version__}, Keras {keras.__version__}; "
+    print(f"gpucourse ready ({platform()}; TensorFlow {_version('tensorflow')}, Keras {_version('keras')}; "
           f"tested with TensorFlow {_range('tensorflow')}, Keras {_range('keras')})")
     for p in problems:
         warnings.warn(p, stacklevel=2)

@@ -127,8 +127,7 @@ def measure_latency(make_call: Callable[[int], Callable[[], object]], batch_size
         warmup: untimed calls first; the first of them is kept as ``first_call_s``.
     """
     _validate.callable_("make_call", make_call)
-    if isinstance(batch_sizes, (str, bytes)) or not isinstance(batch_sizes, Sequence) or not batch_sizes:
-        raise ValueError(f"batch_sizes must be a non-empty list of batch sizes, got {batch_sizes!r}")
+    batch_sizes = _validate.sequence("batch_sizes", batch_sizes, "batch sizes, e.g. [1, 8, 64]")
     sizes = [_validate.whole("batch size", b, 1) for b in batch_sizes]
     if len(set(sizes)) != len(sizes):
         raise ValueError(f"batch_sizes has duplicates: {sizes}")

@@ -523,8 +523,7 @@ class SwitchOffProbe:
 
 
 def _check_befores(befores) -> dict:
-    if not isinstance(befores, dict) or not befores:
-        raise ValueError(f"befores must be a non-empty {{label: python code}} dict, got {befores!r}")
+    _validate.mapping("befores", befores, "{label: python code}")
     for label, code in befores.items():
         if not isinstance(label, str) or not isinstance(code, str):
             raise TypeError(f"labels and code must be strings, got {label!r}: {type(code).__name__}")

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
+from . import _validate
+
 __all__ = ["ratio_bars", "comparison_bars", "timeline", "lines"]
 
 
@@ -22,8 +24,7 @@ def _axes(ax, figsize):
 def ratio_bars(values: Mapping[str, float], *, reference: float = 1.0, reference_label: str = "bound",
                xlabel: str = "ratio", title: str = "", ax=None):
     """Horizontal bars of ratios (e.g. time / theoretical bound) with a reference line."""
-    if not isinstance(values, Mapping) or not values:
-        raise ValueError("values must be a non-empty {label: number} dict")
+    _validate.mapping("values", values, "{label: ratio}")
     bad = [k for k, v in values.items() if not isinstance(v, (int, float))]
     if bad:
         raise TypeError(f"values must be numbers; not for {bad}")
@@ -66,12 +67,13 @@ def timeline(events: Sequence[tuple[str, float, float]], *, title: str = "", ax=
     one stage (``"decode #1"``, ``"decode #2"``, as :class:`gpucourse.simulate.Lanes`
     names them) share a colour.
     """
-    events = list(events)
-    if not events:
-        raise ValueError("events is empty: nothing to draw")
+    events = _validate.sequence("events", events, "(lane, start_s, end_s) tuples")
     for ev in events:
-        if len(ev) != 3 or not all(isinstance(x, (int, float)) for x in ev[1:]) or ev[2] < ev[1]:
-            raise ValueError(f"each event must be (lane, start_s, end_s) with end >= start, got {ev!r}")
+        if isinstance(ev, (str, bytes)) or not isinstance(ev, Sequence) or len(ev) != 3:
+            raise TypeError(f"each event must be a (lane, start_s, end_s) tuple, got {ev!r}")
+        start = _validate.real("an event's start_s", ev[1])
+        if _validate.real("an event's end_s", ev[2]) < start:
+            raise ValueError(f"each event must end at or after its start, got {ev!r}: swap start_s and end_s")
     lanes = list(dict.fromkeys(ev[0] for ev in events))
     groups = list(dict.fromkeys(str(lane).split(" #")[0] for lane in lanes))
     ax = _axes(ax, (8, min(0.6, 0.25 + 3.0 / len(lanes)) * len(lanes) + 1.2))
@@ -92,8 +94,7 @@ def timeline(events: Sequence[tuple[str, float, float]], *, title: str = "", ax=
 def lines(x: Sequence[float], ys: Mapping[str, Sequence[float]], *, xlabel: str = "", ylabel: str = "",
           title: str = "", ax=None, marker: str = "o"):
     """One line per series in ``ys`` against the shared ``x``."""
-    if not isinstance(ys, Mapping) or not ys:
-        raise ValueError("ys must be a non-empty {label: values} dict")
+    _validate.mapping("ys", ys, "{label: list of y values}")
     for k, v in ys.items():
         if len(v) != len(x):
             raise ValueError(f"series {k!r} has {len(v)} values but x has {len(x)}")

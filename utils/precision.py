@@ -1,4 +1,4 @@
-"""Topic 05's helpers: what a Keras dtype policy does to a model, and the topic's one import.
+"""Topic 05: what a Keras dtype policy does to a model (its dtypes, memory and step time).
 
 This module's own job is **dtype policies**: :func:`policy_scope` sets the
 process-wide Keras policy and always restores the previous one;

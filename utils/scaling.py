@@ -323,8 +323,7 @@ def calibrate(name: str, *, params: int, per_replica_batch: int, step_s: float, 
         _validate.seconds(label, v, allow_zero=False)
     if replica_step_s is not None:
         _validate.seconds("replica_step_s", replica_step_s, allow_zero=False)
-    if not isinstance(allreduce_s, Mapping) or not allreduce_s:
-        raise ValueError("allreduce_s must be a non-empty {replicas: seconds} dict")
+    _validate.mapping("allreduce_s", allreduce_s, "{replicas: seconds}")
     n = max(allreduce_s)
     _validate.whole("replica count", n, minimum=2, what="the largest key of allreduce_s")
     _validate.seconds(f"allreduce_s[{n}]", allreduce_s[n], allow_zero=False)
@@ -351,8 +350,7 @@ def scaling_rows(throughputs: Mapping[int, float]) -> list[dict]:
         ``speedup`` (vs the smallest count), ``ideal`` (linear scaling) and
         ``efficiency`` (speedup / ideal).
     """
-    if not isinstance(throughputs, Mapping) or not throughputs:
-        raise ValueError("throughputs must be a non-empty {replicas: examples_per_second} dict")
+    _validate.mapping("throughputs", throughputs, "{replicas: examples_per_second}")
     for k, v in throughputs.items():
         _validate.whole("replica count", k)
         _validate.real(f"throughput for {k} replicas", v, 0.0, strict_min=True, what="examples per second")
@@ -370,8 +368,12 @@ def scaling_rows(throughputs: Mapping[int, float]) -> list[dict]:
 def scaling_table(rows: Sequence[dict], predicted: Mapping[int, float] | None = None) -> str:
     """Plain-text table of :func:`scaling_rows`, with the ideal and (optionally) predicted efficiency beside it."""
     keys = {"replicas", "throughput", "speedup", "ideal", "efficiency"}
-    if not rows or not all(isinstance(r, dict) and keys <= set(r) for r in rows):
-        raise ValueError("rows must be the non-empty list that scaling_rows() returns")
+    rows = _validate.sequence("rows", rows, "dicts, as scaling_rows() returns")
+    for r in rows:
+        if not isinstance(r, Mapping):
+            raise TypeError(f"rows must be the list of dicts that scaling_rows() returns, got an item {r!r}")
+        if not keys <= set(r):
+            raise ValueError(f"a row lacks {sorted(keys - set(r))}: pass the list that scaling_rows() returns")
     head = ("replicas", "examples/s", "speedup", "ideal", "efficiency")
     lines = [head + (("predicted",) if predicted else ())]
     for r in rows:
@@ -399,8 +401,10 @@ def scaling_update(profiles: Mapping[str, Profile], measured: Mapping[int, float
         measured_on: the profile the measurement belongs to.
         max_replicas: the curve's right end.
     """
-    if not isinstance(profiles, Mapping) or not profiles or not all(isinstance(p, Profile) for p in profiles.values()):
-        raise TypeError("profiles must be a non-empty {name: scaling.Profile} dict")
+    _validate.mapping("profiles", profiles, "{name: scaling.Profile}")
+    bad = [name for name, p in profiles.items() if not isinstance(p, Profile)]
+    if bad:
+        raise TypeError(f"profiles must map names to scaling.Profile objects; not so for {bad}")
     _validate.whole("max_replicas", max_replicas, minimum=2)
     measured = dict(measured or {})
     if measured_on is not None:

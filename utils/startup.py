@@ -245,8 +245,7 @@ def measure_threading(settings: dict | None = None, rounds: int = 15, size: int 
     if settings is None:
         settings = {"1 thread each": (1, 1), "TensorFlow's default": (0, 0),
                     "recipe: physical / logical cores": (physical, logical)}
-    if not isinstance(settings, dict) or not settings:
-        raise ValueError(f"settings must be a non-empty {{label: (intra, inter)}} dict, got {settings!r}")
+    _validate.mapping("settings", settings, "{label: (intra_op_threads, inter_op_threads)}")
     for label, pair in settings.items():
         _validate.text("settings label", label)
         if not (isinstance(pair, (tuple, list)) and len(pair) == 2):

@@ -151,9 +151,8 @@ def percentile(values: Sequence[float], q: float) -> float:
     few hundred calls before quoting a p99.
     """
     q = _validate.real("q", q, 0.0, 100.0, what="a percentile between 0 and 100")
-    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
-        raise ValueError(f"values must be a non-empty list of numbers, got {values!r}")
-    data = sorted(float(v) for v in values)
+    values = _validate.sequence("values", values, "numbers (e.g. timings in seconds)")
+    data = sorted(_validate.real("each value", v, finite=False) for v in values)
     rank = (len(data) - 1) * q / 100.0
     lo = math.floor(rank)
     hi = min(lo + 1, len(data) - 1)
@@ -333,8 +332,7 @@ def compare(candidates: Mapping[str, Callable], *, warmup: int = 1, repeats: int
         bound_s: the theoretical best time for one unit of work, if known.
         items: work items per call, to report throughput.
     """
-    if not isinstance(candidates, Mapping) or not candidates:
-        raise ValueError("candidates must be a non-empty dict of {name: zero-argument callable}")
+    _validate.mapping("candidates", candidates, "{name: zero-argument callable}")
     for name, fn in candidates.items():
         if not callable(fn):
             raise TypeError(f"candidate {name!r} is not callable")

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
 from . import _probe, _validate
+from ._tf import keras as _keras
 from ._tf import tf as _tf
 
 __all__ = [
@@ -331,8 +332,7 @@ def count_traces(fn, inputs: Sequence) -> list[int]:
     if not hasattr(fn, "experimental_get_tracing_count"):
         raise TypeError(f"fn must be a tf.function (it has no experimental_get_tracing_count), "
                         f"got {type(fn).__name__}")
-    if isinstance(inputs, (str, bytes)) or not isinstance(inputs, Sequence) or not inputs:
-        raise ValueError("inputs must be a non-empty list of arguments, one per call")
+    inputs = _validate.sequence("inputs", inputs, "arguments, one per call (a tuple for several)")
     counts = []
     for x in inputs:
         fn(*x) if isinstance(x, tuple) else fn(x)
@@ -350,10 +350,8 @@ def padding_cost(lengths: Sequence[int], buckets: Sequence[int]) -> dict:
     compilations and more wasted work; this puts numbers on the trade-off.
     Raises ValueError if a length does not fit the largest bucket.
     """
-    if isinstance(lengths, (str, bytes)) or not isinstance(lengths, Sequence) or not lengths:
-        raise ValueError(f"lengths must be a non-empty list of input lengths, got {lengths!r}")
-    if isinstance(buckets, (str, bytes)) or not isinstance(buckets, Sequence) or not buckets:
-        raise ValueError(f"buckets must be a non-empty list of bucket lengths, got {buckets!r}")
+    lengths = _validate.sequence("lengths", lengths, "input lengths")
+    buckets = _validate.sequence("buckets", buckets, "bucket lengths")
     ns = [_validate.whole("length", n, 1) for n in lengths]
     sizes = sorted({_validate.whole("bucket", b, 1) for b in buckets})
     if max(ns) > sizes[-1]:
@@ -426,9 +424,10 @@ def run_probes(jobs: Sequence[ProbeJob], timeout: float = 300) -> list[CompilePr
     """
     if isinstance(jobs, ProbeJob):
         jobs = [jobs]
-    jobs = list(jobs)
-    if not jobs or not all(isinstance(j, ProbeJob) for j in jobs):
-        raise TypeError("jobs must be a non-empty list of ProbeJob(label, code, tf_xla_flags)")
+    jobs = _validate.sequence("jobs", jobs, "ProbeJob(label, code, tf_xla_flags)")
+    if not all(isinstance(j, ProbeJob) for j in jobs):
+        raise TypeError("jobs must be a list of ProbeJob(label, code, tf_xla_flags), got "
+                        f"{[type(j).__name__ for j in jobs]}")
     for j in jobs:
         _validate.text(f"the code of probe {j.label!r}", j.code, what="no code to run")
         _validate.env_vars(f"the env of probe {j.label!r}", dict(j.env))
@@ -487,8 +486,9 @@ def auto_clustering_jobs(cpu_only: bool = True) -> list[ProbeJob]:
 
 def _mlp_step_timings(quick: bool):
     """Keras 3 MLP ``train_on_batch`` with ``jit_compile`` False and True, side by side."""
-    import keras
     import numpy as np
+
+    keras = _keras()
 
     from . import timing
 
