@@ -1,7 +1,7 @@
 """Real browser: every tutorial's widgets run in JupyterLab, and TensorBoard's profile page, in headless Chromium.
 
-What a learner would see, checked for each tutorial in ``notebooks/`` (all open at once, one browser
-tab each, against one JupyterLab server on loopback):
+What a learner would see, checked for each tutorial in ``notebooks/`` (all open at once, one
+JupyterLab tab each, in one browser page, against one JupyterLab server on loopback):
 
 * the cells that build its widgets run and no output contains a traceback;
 * every widget renders as a widget (not as its text repr), and every explorer
@@ -51,9 +51,6 @@ ARTIFACTS = ROOT / "test-artifacts"
 TUTORIALS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run", "--disable-quic", "--disable-dev-shm-usage"]
-#: All tutorials at once: their slices are short, and mostly kernel start-up and imports.
-#: GPUCOURSE_BROWSER_TABS=1 runs them one after the other.
-TABS = int(os.environ.get("GPUCOURSE_BROWSER_TABS", "8"))
 RUN_TIMEOUT_S = 300
 INTERACTION_TIMEOUT_S = 60
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
@@ -231,8 +228,8 @@ def sliced_serve_copy(src: Path, dst: Path) -> list[int]:
     return kept
 
 
-PROGRESS_JS = """([kept, total]) => {
-  const cells = [...document.querySelectorAll('.jp-Notebook .jp-Cell')];
+PROGRESS_JS = """(root, [kept, total]) => {
+  const cells = [...root.querySelectorAll('.jp-Notebook .jp-Cell')];
   if (cells.length !== total) return 'loading';
   const run = kept.map(i => cells[i]);
   if (run.some(c => c.querySelector('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.error"]')))
@@ -242,22 +239,35 @@ PROGRESS_JS = """([kept, total]) => {
   return prompts.some(p => p.includes('*')) ? 'running' : 'waiting';
 }"""
 
-OUTPUTS_JS = """() => [...document.querySelectorAll('.jp-OutputArea-output')].map(e => ({
+OUTPUTS_JS = """root => [...root.querySelectorAll('.jp-OutputArea-output')].map(e => ({
   mime: e.getAttribute('data-mime-type') || '', text: e.innerText,
   widget: !!e.firstElementChild && e.firstElementChild.classList.contains('jupyter-widgets') &&
           e.getBoundingClientRect().height > 0}))"""
 
-IMAGES_JS = """() => [...document.querySelectorAll('.jp-OutputArea-output img')]
+IMAGES_JS = """root => [...root.querySelectorAll('.jp-OutputArea-output img')]
   .map(i => i.complete && i.naturalWidth > 0)"""
 
 
-def start_cells(page, kept: list[int], total: int) -> None:
-    """Queue the cells ``kept`` (indices in nb.cells), in order: select each one, then Ctrl+Enter."""
-    page.wait_for_load_state("load", timeout=180_000)
-    page.wait_for_function("n => document.querySelectorAll('.jp-Notebook .jp-Cell').length === n", arg=total,
-                           timeout=180_000)
-    page.wait_for_function("() => document.body.innerText.includes('| Idle')", timeout=180_000)  # kernel up
-    cells = page.locator(".jp-Notebook .jp-Cell")
+def open_notebook(page, name: str):
+    """Open ``name`` from the file browser (a double click, as a learner does) unless it is open;
+    make its tab the current one and return the locator of its panel."""
+    tab = page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab", has_text=name)
+    if not tab.count():
+        page.locator(".jp-DirListing-itemName", has_text=name).first.dblclick()
+        tab.first.wait_for(timeout=120_000)
+    tab.first.click()
+    return page.locator(f'[id="{tab.first.get_attribute("data-id")}"]')
+
+
+def start_cells(page, root, kept: list[int], total: int) -> None:
+    """Queue the cells ``kept`` (indices in nb.cells) of the current notebook ``root``, in order:
+    select each one, then Ctrl+Enter."""
+    root.wait_for(timeout=120_000)
+    page.wait_for_function("([el, n]) => el.querySelectorAll('.jp-Notebook .jp-Cell').length === n",
+                           arg=[root.element_handle(), total], timeout=180_000)
+    # its own kernel up (the status bar may still show the previous notebook's)
+    root.locator('.jp-Notebook-ExecutionIndicator[data-status="idle"]').wait_for(timeout=180_000)
+    cells = root.locator(".jp-Notebook .jp-Cell")
     for i in kept:
         cell = cells.nth(i)
         cell.locator(".jp-InputPrompt").first.click()  # selects the cell, in command mode
@@ -320,19 +330,19 @@ def interact(page, explorer, index: int) -> dict:
     return {"index": index, "how": how, "before": before, "after": status.inner_text()}
 
 
-def look(page, seen: Seen, shot: Path) -> None:
-    """Fill ``seen`` from the finished page, interact with every explorer, take the screenshot."""
-    outputs = page.evaluate(OUTPUTS_JS)
+def look(page, root, seen: Seen, shot: Path) -> None:
+    """Fill ``seen`` from the finished notebook ``root``, interact with every explorer, take the screenshot."""
+    outputs = root.evaluate(OUTPUTS_JS)
     seen.errors = [o["text"][-2000:] for o in outputs
                    if o["mime"] == "application/vnd.jupyter.error" or "Traceback (most recent call last)" in o["text"]]
     seen.widget_text = [o["text"][:300] for o in outputs if WIDGET_AS_TEXT.search(o["text"] or "")]
     seen.widgets_rendered = sum(1 for o in outputs if o["widget"])  # JupyterLab sets no mime type on these
-    explorers = page.locator(".gpucourse-explorer")
+    explorers = root.locator(".gpucourse-explorer")
     for i in range(explorers.count()):
         seen.explorers.append(interact(page, explorers.nth(i), i))
-    images = page.evaluate(IMAGES_JS)
+    images = root.evaluate(IMAGES_JS)
     seen.images_loaded, seen.images_broken = sum(images), len(images) - sum(images)
-    target = explorers.first if explorers.count() else page.locator(".jp-OutputArea-output img").last
+    target = explorers.first if explorers.count() else root.locator(".jp-OutputArea-output img").last
     if target.count():
         target.scroll_into_view_if_needed()
     shot.parent.mkdir(parents=True, exist_ok=True)
@@ -342,7 +352,7 @@ def look(page, seen: Seen, shot: Path) -> None:
 
 @pytest.fixture(scope="module")
 def tutorial_runs(tmp_path_factory):
-    """Run every tutorial's slice in JupyterLab (up to TABS at once) and return {name: Seen}."""
+    """Run every tutorial's slice in JupyterLab (all open at once in one page) and return {name: Seen}."""
     browser_path = chromium()
     pw_cm = sync_playwright()
     work = tmp_path_factory.mktemp("browser")
@@ -362,29 +372,29 @@ def tutorial_runs(tmp_path_factory):
         with pw_cm as pw:
             browser = pw.chromium.launch(executable_path=browser_path, headless=True, args=CHROMIUM_ARGS)
             try:
-                queue, running = list(TUTORIALS), {}
-                while queue or running:
-                    opened = []
-                    while queue and len(running) + len(opened) < TABS:  # open every tab first: kernels start together
-                        nb = queue.pop(0)
-                        page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
-                        loopback_only(page, seen[nb.stem].blocked)
-                        page.goto(lab.url(f"notebooks/{nb.name}", f"w{nb.stem[:2]}"), timeout=120_000,
-                                  wait_until="commit")  # the next tab opens while this one loads
-                        opened.append((nb, page))
-                    for nb, page in opened:
-                        start_cells(page, seen[nb.stem].cells, total[nb.stem])
-                        running[nb.stem] = (page, time.monotonic())
-                        seen[nb.stem].status, seen[nb.stem].started = "running", time.monotonic() - started
-                    for name, (page, t0) in list(running.items()):
-                        state = page.evaluate(PROGRESS_JS, [seen[name].cells, total[name]])
+                # One page, one JupyterLab app, one tab per notebook: the app loads once, not 8 times.
+                page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
+                blocked: list = []
+                loopback_only(page, blocked)
+                page.goto(lab.url(f"notebooks/{TUTORIALS[0].name}", "wbrowser"), timeout=120_000)
+                page.wait_for_selector(".jp-DirListing-itemName", timeout=180_000)
+                running = {}
+                for nb in TUTORIALS:  # every kernel starts while the earlier notebooks run
+                    root = open_notebook(page, nb.name)
+                    start_cells(page, root, seen[nb.stem].cells, total[nb.stem])
+                    running[nb.stem] = (root, time.monotonic())
+                    seen[nb.stem].status, seen[nb.stem].started = "running", time.monotonic() - started
+                while running:
+                    for name, (root, t0) in list(running.items()):
+                        state = root.evaluate(PROGRESS_JS, [seen[name].cells, total[name]])
                         if state in ("done", "error") or time.monotonic() - t0 > RUN_TIMEOUT_S:
                             s = seen[name]
                             s.status = state if state in ("done", "error") else "timeout"
                             s.seconds = time.monotonic() - t0
+                            root = open_notebook(page, f"{name}.ipynb")  # its tab to the front
                             page.wait_for_timeout(1000)  # late display updates (widgets, images)
-                            look(page, s, ARTIFACTS / f"browser-{name}.png")
-                            page.context.close()
+                            look(page, root, s, ARTIFACTS / f"browser-{name}.png")
+                            s.blocked = blocked
                             del running[name]
                     time.sleep(0.5)
             finally:
