@@ -378,8 +378,10 @@ def tutorial_runs(tmp_path_factory):
                 loopback_only(page, blocked)
                 page.goto(lab.url(f"notebooks/{TUTORIALS[0].name}", "wbrowser"), timeout=120_000)
                 page.wait_for_selector(".jp-DirListing-itemName", timeout=180_000)
+                for nb in TUTORIALS:  # open all first: their kernels start together
+                    open_notebook(page, nb.name)
                 running = {}
-                for nb in TUTORIALS:  # every kernel starts while the earlier notebooks run
+                for nb in TUTORIALS:
                     root = open_notebook(page, nb.name)
                     start_cells(page, root, seen[nb.stem].cells, total[nb.stem])
                     running[nb.stem] = (root, time.monotonic())
