@@ -1,9 +1,9 @@
-"""Real browser: every tutorial run in JupyterLab, and TensorBoard's profile page, in headless Chromium.
+"""Real browser: every tutorial's widgets run in JupyterLab, and TensorBoard's profile page, in headless Chromium.
 
-What a learner would see, checked for each tutorial in ``notebooks/`` (all run at once, one browser
-tab each, against one JupyterLab server on loopback):
+What a learner would see, checked for each tutorial in ``notebooks/`` (all open at once, one
+JupyterLab tab each, in one browser page, against one JupyterLab server on loopback):
 
-* Run All finishes and no output contains a traceback;
+* the cells that build its widgets run and no output contains a traceback;
 * every widget renders as a widget (not as its text repr), and every explorer
   (``gpucourse.explore``: CSS class ``gpucourse-explorer``) reacts to one interaction: a slider
   moved with the keyboard, a checkbox clicked, a dropdown changed, or its Run button pressed; its
@@ -11,8 +11,11 @@ tab each, against one JupyterLab server on loopback):
 * every plot appears (at least as many loaded images as the stored notebook has plots);
 * one screenshot per notebook is kept in ``test-artifacts/`` (CI uploads it).
 
-The running happens once, in a module fixture; each notebook then has its own test that reports
-what was seen. Notebooks are already run cell by cell by nbval, so this is about the front end.
+nbval already runs every cell of every tutorial, so the browser runs only a slice
+(``tests/notebook_slice.py``): the setup cell, every cell that shows a widget or builds an explorer,
+and the earlier cells those read names from. Every other cell keeps its stored outputs, so its
+plots must still render as images and its text must hold no traceback. The running happens once,
+in a module fixture; each notebook then has its own test that reports what was seen.
 
 Then TensorBoard: a small profile is captured in a fresh process, ``tensorboard`` serves it on
 127.0.0.1, and its profile page must list the run.
@@ -41,15 +44,14 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from tests.notebook_slice import sliced_copy
+
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
 TUTORIALS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run", "--disable-quic", "--disable-dev-shm-usage"]
-#: All tutorials at once: most of their time is sleeping pipelines and fresh-process probes, so they
-#: overlap well on 2 cores. GPUCOURSE_BROWSER_TABS=1 runs them one after the other.
-TABS = int(os.environ.get("GPUCOURSE_BROWSER_TABS", "8"))
-RUN_ALL_TIMEOUT_S = 300
+RUN_TIMEOUT_S = 300
 INTERACTION_TIMEOUT_S = 60
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 #: What a widget looks like when the front end could not render it (text repr, or ipywidgets' errors).
@@ -184,7 +186,8 @@ class Seen:
 
     name: str
     status: str = "not started"                 # running / done / error / timeout
-    started: float = 0.0                        # when Run All was pressed, seconds after the server was up
+    cells: list = field(default_factory=list)   # indices (in nb.cells) of the cells the browser runs
+    started: float = 0.0                        # when the first cell was run, seconds after the server was up
     seconds: float = 0.0
     errors: list = field(default_factory=list)  # texts of outputs with a traceback
     widget_text: list = field(default_factory=list)  # widgets shown as text
@@ -216,43 +219,63 @@ def stored_counts(path: Path) -> tuple[int, int]:
     return plots, widgets
 
 
-def fresh_copy(src: Path, dst: Path) -> None:
-    """``src`` without outputs, counts and widget state, so that nothing on screen is left from the last run."""
-    nb = nbformat.read(src, as_version=4)
-    for cell in nb.cells:
-        if cell.cell_type == "code":
-            cell.outputs, cell.execution_count = [], None
-    nb.metadata.pop("widgets", None)
+def sliced_serve_copy(src: Path, dst: Path) -> list[int]:
+    """Write ``src``'s slice to ``dst`` (the cells to run have no outputs and no widget state is kept,
+    so no widget on screen is left from the last run); returns the indices of the cells to run."""
+    nb, kept = sliced_copy(nbformat.read(src, as_version=4))
     dst.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, dst)
+    return kept
 
 
-PROGRESS_JS = """() => {
-  const cells = [...document.querySelectorAll('.jp-Notebook .jp-CodeCell')]
-    .filter(c => (c.querySelector('.jp-InputArea-editor') || {innerText: ''}).innerText.trim() !== '');
-  if (!cells.length) return 'loading';
-  const err = document.querySelector('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.error"]');
-  if (err) return 'error';
-  const prompts = cells.map(c => (c.querySelector('.jp-InputArea-prompt') || {innerText: ''}).innerText);
+PROGRESS_JS = """(root, [kept, total]) => {
+  const cells = [...root.querySelectorAll('.jp-Notebook .jp-Cell')];
+  if (cells.length !== total) return 'loading';
+  const run = kept.map(i => cells[i]);
+  if (run.some(c => c.querySelector('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.error"]')))
+    return 'error';
+  const prompts = run.map(c => (c.querySelector('.jp-InputArea-prompt') || {innerText: ''}).innerText);
   if (prompts.every(p => /\\[\\d+\\]/.test(p))) return 'done';
   return prompts.some(p => p.includes('*')) ? 'running' : 'waiting';
 }"""
 
-OUTPUTS_JS = """() => [...document.querySelectorAll('.jp-OutputArea-output')].map(e => ({
+OUTPUTS_JS = """root => [...root.querySelectorAll('.jp-OutputArea-output')].map(e => ({
   mime: e.getAttribute('data-mime-type') || '', text: e.innerText,
   widget: !!e.firstElementChild && e.firstElementChild.classList.contains('jupyter-widgets') &&
           e.getBoundingClientRect().height > 0}))"""
 
-IMAGES_JS = """() => [...document.querySelectorAll('.jp-OutputArea-output img')]
+IMAGES_JS = """root => [...root.querySelectorAll('.jp-OutputArea-output img')]
   .map(i => i.complete && i.naturalWidth > 0)"""
 
 
-def start_run_all(page) -> None:
-    page.wait_for_load_state("load", timeout=180_000)
-    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=180_000)
-    page.wait_for_function("() => document.body.innerText.includes('| Idle')", timeout=180_000)  # kernel up
-    page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
-    page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+def open_notebook(page, name: str):
+    """Open ``name`` from the file browser (a double click, as a learner does) unless it is open;
+    make its tab the current one and return the locator of its panel."""
+    tab = page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab", has_text=name)
+    if not tab.count():
+        page.locator(".jp-DirListing-itemName", has_text=name).first.dblclick()
+        tab.first.wait_for(timeout=120_000)
+    tab.first.click()
+    return page.locator(f'[id="{tab.first.get_attribute("data-id")}"]')
+
+
+def start_cells(page, root, kept: list[int], total: int) -> None:
+    """Queue the cells ``kept`` (indices in nb.cells) of the current notebook ``root``, in order:
+    select each one, then Ctrl+Enter."""
+    root.wait_for(timeout=120_000)
+    page.wait_for_function("([el, n]) => el.querySelectorAll('.jp-Notebook .jp-Cell').length === n",
+                           arg=[root.element_handle(), total], timeout=180_000)
+    # its own kernel up (the status bar may still show the previous notebook's)
+    root.locator('.jp-Notebook-ExecutionIndicator[data-status="idle"]').wait_for(timeout=180_000)
+    cells = root.locator(".jp-Notebook .jp-Cell")
+    for i in kept:
+        cell = cells.nth(i)
+        cell.locator(".jp-InputPrompt").first.click()  # selects the cell, in command mode
+        page.wait_for_function("el => el.classList.contains('jp-mod-active')", arg=cell.element_handle(),
+                               timeout=30_000)
+        page.keyboard.press("Control+Enter")  # run the selected cell, stay on it
+        page.wait_for_function("el => /\\[(\\*|\\d+)\\]/.test(el.querySelector('.jp-InputPrompt').innerText)",
+                               arg=cell.element_handle(), timeout=30_000)  # queued or done
 
 
 def interact(page, explorer, index: int) -> dict:
@@ -307,19 +330,19 @@ def interact(page, explorer, index: int) -> dict:
     return {"index": index, "how": how, "before": before, "after": status.inner_text()}
 
 
-def look(page, seen: Seen, shot: Path) -> None:
-    """Fill ``seen`` from the finished page, interact with every explorer, take the screenshot."""
-    outputs = page.evaluate(OUTPUTS_JS)
+def look(page, root, seen: Seen, shot: Path) -> None:
+    """Fill ``seen`` from the finished notebook ``root``, interact with every explorer, take the screenshot."""
+    outputs = root.evaluate(OUTPUTS_JS)
     seen.errors = [o["text"][-2000:] for o in outputs
                    if o["mime"] == "application/vnd.jupyter.error" or "Traceback (most recent call last)" in o["text"]]
     seen.widget_text = [o["text"][:300] for o in outputs if WIDGET_AS_TEXT.search(o["text"] or "")]
     seen.widgets_rendered = sum(1 for o in outputs if o["widget"])  # JupyterLab sets no mime type on these
-    explorers = page.locator(".gpucourse-explorer")
+    explorers = root.locator(".gpucourse-explorer")
     for i in range(explorers.count()):
         seen.explorers.append(interact(page, explorers.nth(i), i))
-    images = page.evaluate(IMAGES_JS)
+    images = root.evaluate(IMAGES_JS)
     seen.images_loaded, seen.images_broken = sum(images), len(images) - sum(images)
-    target = explorers.first if explorers.count() else page.locator(".jp-OutputArea-output img").last
+    target = explorers.first if explorers.count() else root.locator(".jp-OutputArea-output img").last
     if target.count():
         target.scroll_into_view_if_needed()
     shot.parent.mkdir(parents=True, exist_ok=True)
@@ -329,17 +352,19 @@ def look(page, seen: Seen, shot: Path) -> None:
 
 @pytest.fixture(scope="module")
 def tutorial_runs(tmp_path_factory):
-    """Run every tutorial in JupyterLab (up to TABS at once) and return {name: Seen}."""
+    """Run every tutorial's slice in JupyterLab (all open at once in one page) and return {name: Seen}."""
     browser_path = chromium()
     pw_cm = sync_playwright()
     work = tmp_path_factory.mktemp("browser")
     served = work / "served"
-    for nb in TUTORIALS:
-        fresh_copy(nb, served / "notebooks" / nb.name)  # autosave must never touch the repository
+    seen = {nb.stem: Seen(nb.stem) for nb in TUTORIALS}
+    total = {}
+    for nb in TUTORIALS:  # autosave must never touch the repository
+        seen[nb.stem].cells = sliced_serve_copy(nb, served / "notebooks" / nb.name)
+        total[nb.stem] = len(nbformat.read(nb, as_version=4).cells)
     for extra in (ROOT / "notebooks").iterdir():  # anything else a tutorial reads next to itself
         if extra.suffix != ".ipynb" and extra.is_file():
             shutil.copy(extra, served / "notebooks" / extra.name)
-    seen = {nb.stem: Seen(nb.stem) for nb in TUTORIALS}
     cpu_before = _cpu_seconds()
     lab = JupyterLab(served, work)
     started = time.monotonic()
@@ -347,29 +372,31 @@ def tutorial_runs(tmp_path_factory):
         with pw_cm as pw:
             browser = pw.chromium.launch(executable_path=browser_path, headless=True, args=CHROMIUM_ARGS)
             try:
-                queue, running = list(TUTORIALS), {}
-                while queue or running:
-                    opened = []
-                    while queue and len(running) + len(opened) < TABS:  # open every tab first: kernels start together
-                        nb = queue.pop(0)
-                        page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
-                        loopback_only(page, seen[nb.stem].blocked)
-                        page.goto(lab.url(f"notebooks/{nb.name}", f"w{nb.stem[:2]}"), timeout=120_000,
-                                  wait_until="commit")  # the next tab opens while this one loads
-                        opened.append((nb, page))
-                    for nb, page in opened:
-                        start_run_all(page)
-                        running[nb.stem] = (page, time.monotonic())
-                        seen[nb.stem].status, seen[nb.stem].started = "running", time.monotonic() - started
-                    for name, (page, t0) in list(running.items()):
-                        state = page.evaluate(PROGRESS_JS)
-                        if state in ("done", "error") or time.monotonic() - t0 > RUN_ALL_TIMEOUT_S:
+                # One page, one JupyterLab app, one tab per notebook: the app loads once, not 8 times.
+                page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
+                blocked: list = []
+                loopback_only(page, blocked)
+                page.goto(lab.url(f"notebooks/{TUTORIALS[0].name}", "wbrowser"), timeout=120_000)
+                page.wait_for_selector(".jp-DirListing-itemName", timeout=180_000)
+                for nb in TUTORIALS:  # open all first: their kernels start together
+                    open_notebook(page, nb.name)
+                running = {}
+                for nb in TUTORIALS:
+                    root = open_notebook(page, nb.name)
+                    start_cells(page, root, seen[nb.stem].cells, total[nb.stem])
+                    running[nb.stem] = (root, time.monotonic())
+                    seen[nb.stem].status, seen[nb.stem].started = "running", time.monotonic() - started
+                while running:
+                    for name, (root, t0) in list(running.items()):
+                        state = root.evaluate(PROGRESS_JS, [seen[name].cells, total[name]])
+                        if state in ("done", "error") or time.monotonic() - t0 > RUN_TIMEOUT_S:
                             s = seen[name]
                             s.status = state if state in ("done", "error") else "timeout"
                             s.seconds = time.monotonic() - t0
+                            root = open_notebook(page, f"{name}.ipynb")  # its tab to the front
                             page.wait_for_timeout(1000)  # late display updates (widgets, images)
-                            look(page, s, ARTIFACTS / f"browser-{name}.png")
-                            page.context.close()
+                            look(page, root, s, ARTIFACTS / f"browser-{name}.png")
+                            s.blocked = blocked
                             del running[name]
                     time.sleep(0.5)
             finally:
@@ -378,15 +405,15 @@ def tutorial_runs(tmp_path_factory):
         lab.close()
     print(f"\nbrowser: {len(TUTORIALS)} tutorials in {time.monotonic() - started:.0f} s, "
           f"{_cpu_seconds() - cpu_before:.0f} CPU s "
-          f"(notebook: Run All pressed at, took: "
-          f"{', '.join(f'{s.name[:2]}: {s.started:.0f}s, {s.seconds:.0f}s' for s in seen.values())})")
+          f"(notebook: cells run, started at, took: "
+          f"{', '.join(f'{s.name[:2]}: {len(s.cells)}, {s.started:.0f}s, {s.seconds:.0f}s' for s in seen.values())})")
     return seen
 
 
 @pytest.mark.parametrize("path", TUTORIALS, ids=[p.stem for p in TUTORIALS])
 def test_tutorial_runs_in_jupyterlab(tutorial_runs, path):
     seen = tutorial_runs[path.stem]
-    assert seen.status == "done", f"Run All ended with {seen.status!r} after {seen.seconds:.0f} s; " + \
+    assert seen.status == "done", f"running cells {seen.cells} ended with {seen.status!r} after {seen.seconds:.0f} s; " + \
         ("\n".join(seen.errors) or "see the screenshot")
     assert not seen.errors, "an output contains a traceback:\n" + "\n---\n".join(seen.errors)
     assert not seen.widget_text, f"a widget was shown as text (is the widget manager missing?): {seen.widget_text}"
