@@ -11,7 +11,7 @@ linted and unit-tested (``tests/grading/test_kernel_guard.py``).
    records, for every watched module and every class defined in one, which object each function,
    class and descriptor name refers to, which class each module is, and which ``sys.modules`` entry
    each module is;
-2. wraps the lab's answer-bearing course helpers (e.g. ``gpucourse.xla.pad_to_bucket``) and
+2. wraps the lab's answer-bearing course helpers (e.g. ``gpucourse.xla.padding_cost``) and
    ``atexit.register`` so that calls to them are reported;
 3. connects to the grader's socket and sends it a fresh random key;
 4. installs an audit hook (:pep:`578`; Python offers no way to remove it) that
