@@ -1,7 +1,9 @@
 """Make the course grader a Gradescope autograder.
 
 Two halves of that one job: :func:`build_bundle` packs the grader on the instructor's machine, and
-:func:`run` is what the packed ``run_autograder`` calls inside Gradescope's container. Gradescope runs each submission in its own container (see its "Autograder Specifications"): the
+:func:`run` is what the packed ``run_autograder`` calls inside Gradescope's container.
+
+Gradescope runs each submission in its own container (see its "Autograder Specifications"): the
 bundle's ``setup.sh`` runs once, as root, when the image is built; ``run_autograder`` runs per
 submission, with the learner's files in ``/autograder/submission``, and must write
 ``/autograder/results/results.json``.
