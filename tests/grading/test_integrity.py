@@ -192,6 +192,9 @@ def test_guard_config_preloads_every_helpers_module():
     config = guard_config(None, ["gpucourse.multiworker.visible_gpu_ids", "gpucourse.xla._HloCounts",
                                  "gpucourse.bottleneck._union_us"], [], [], [])
     assert config["preload"] == ["gpucourse.bottleneck", "gpucourse.multiworker", "gpucourse.xla"]
+    course = config["course_modules"]  # listed by the grader: the guard itself imports the standard library only
+    assert {"gpucourse.memory", "gpucourse.monitor", "gpucourse.labtests", "gpucourse.grading.items"} <= set(course)
+    assert "gpucourse.authoring" not in course and "gpucourse.labgen" not in course
 
 
 def _rec(kind, detail, seq=[0]):

@@ -132,7 +132,18 @@ def guard_config(address: str | None, helpers, grader_files, driver_files, drive
     preload = sorted({name.rpartition(".")[0] for name in helpers if name.startswith("gpucourse.")})
     return {"address": address, "answer_helpers": helpers, "grader_files": list(grader_files),
             "driver_files": list(driver_files), "driver_sha256": list(driver_sha256),
-            "protected_files": list(protected), "preload": preload}
+            "protected_files": list(protected), "preload": preload, "course_modules": course_modules()}
+
+
+def course_modules() -> list[str]:
+    """Every helper module of the course (so a module added later is watched too), not the authoring tools."""
+    import pkgutil
+
+    import gpucourse
+
+    tools = ("authoring", "labgen", "benchmark")
+    names = [m.name for m in pkgutil.iter_modules(gpucourse.__path__) if m.name not in tools and not m.ispkg]
+    return ["gpucourse." + n for n in names + ["grading", "grading.items", "grading.checker", "labtests"]]
 
 
 # --------------------------------------------------------------------------- static scan
