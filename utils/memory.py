@@ -80,20 +80,29 @@ def format_bytes(n) -> str:
 
 
 def normalize_device(device) -> str:
-    """'/device:GPU:0', '/GPU:0', 'gpu:0' or a LogicalDevice -> 'GPU:0' (what get_memory_info wants)."""
-    from .placement import short_device
+    """Check that ``device`` names one CPU or GPU; return a name ``get_memory_info`` accepts.
 
+    A tf.config device (``LogicalDevice``, ``PhysicalDevice``) gives ``'TYPE:index'`` (``'GPU:0'``).
+    A string is read by TensorFlow's own parser (``tf.DeviceSpec``): ``'GPU:0'`` comes back as given,
+    any other spelling in TensorFlow's canonical form, job and task kept (``'gpu:1'`` ->
+    ``'/device:GPU:1'``), because ``get_memory_info`` refuses lower-case types. It never shortens a
+    full name to ``'TYPE:index'``: writing that is lab 02's first exercise.
+    """
     name = getattr(device, "name", device)
     if not isinstance(name, str):
         raise TypeError(f"device must be a name like 'GPU:0' or a tf.config device, got {device!r} of type "
                         f"{type(device).__name__}")
+    text = name.replace("/physical_device:", "/device:", 1) if hasattr(device, "device_type") else name
     try:
-        short = short_device(name)
+        spec = _tf().DeviceSpec.from_string(text)
     except ValueError:
-        short = ""
-    if short.split(":")[0] not in ("CPU", "GPU"):
-        raise ValueError(f"device must look like 'GPU:0', 'CPU:0' or '/device:GPU:1', got {name!r}")
-    return short
+        spec = None
+    if spec is None or spec.device_type not in ("CPU", "GPU") or spec.device_index is None:
+        raise ValueError(f"device must name one CPU or GPU, like 'GPU:0', 'CPU:0' or '/device:GPU:1', got {name!r}")
+    if hasattr(device, "device_type"):
+        return f"{spec.device_type}:{spec.device_index}"
+    canonical = spec.to_string()
+    return name if canonical == "/device:" + name else canonical
 
 
 def default_device() -> str:

@@ -1,10 +1,10 @@
 """Attack notebooks: every attack class is withheld or flagged, with its reason (golden files in attacks/).
 
-An attack is ``attacks/<name>.py``: one extra code cell appended to lab 01 (``"base": "lab"``, the
-unsolved notebook the learner starts from). Beside it, ``<name>.expected.json`` holds the golden
-outcome::
+An attack is ``attacks/<name>.py``: one extra code cell appended to a lab's notebook (``"lab"``,
+default ``"01"``; ``"base": "lab"`` is the unsolved notebook the learner starts from, ``"solution"``
+the solved one). Beside it, ``<name>.expected.json`` holds the golden outcome::
 
-    {"class": "stdlib replacement", "base": "lab", "status": "tampered", "score": 0,
+    {"class": "stdlib replacement", "lab": "01", "base": "lab", "status": "tampered", "score": 0,
      "hidden": "hidden_inline.py",            # optional: an extra test file from attacks/
      "tampering": ["json.dumps was replaced"], # fragments, each found in one tampering reason
      "tampering_any": ["...", "..."],          # at least one of these (the run stops at the first sign)
@@ -38,8 +38,12 @@ def expected(path: Path) -> dict:
 #: that pytest-xdist's --dist loadfile spreads the kernels over both workers).
 WITHHELD = [p for p in FILES if expected(p)["status"] == "tampered"]
 FLAGGED = [p for p in FILES if expected(p)["status"] != "tampered"]
-BASES = {"lab": ROOT / "labs" / "01_device_detection.ipynb",
-         "solution": ROOT / "solutions" / "01_device_detection.ipynb"}
+BASES = {"lab": "labs", "solution": "solutions"}
+
+
+def base_notebook(want: dict) -> Path:
+    """The notebook the attack cell is appended to: the lab's unsolved notebook or its solution."""
+    return next((ROOT / BASES[want.get("base", "lab")]).glob(f"{want.get('lab', '01')}_*.ipynb"))
 
 
 def test_every_attack_class_has_a_golden_file():
@@ -55,11 +59,11 @@ def test_attack_is_withheld(path, tmp_path):
 
 
 def check_attack(path: Path, tmp_path: Path) -> None:
-    """Grade lab 01 plus the attack cell and compare with the golden outcome."""
+    """Grade the lab plus the attack cell and compare with the golden outcome."""
     want = expected(path)
-    nb = nbformat.read(BASES[want.get("base", "lab")], as_version=4)
+    nb = nbformat.read(base_notebook(want), as_version=4)
     nb.cells.append(nbformat.v4.new_code_cell(path.read_text()))
-    sub = tmp_path / "01_attack.ipynb"
+    sub = tmp_path / f"{want.get('lab', '01')}_attack.ipynb"
     nbformat.write(nb, sub)
     extra = [ATTACKS / want["hidden"]] if want.get("hidden") else []
     rep = grade_notebook(sub, extra_tests=extra, timeout=240)

@@ -72,16 +72,55 @@ def test_scan_knows_the_lab_template_and_answer_helpers():
 
 def test_answer_helpers_map_to_items_and_merge_the_test_files_lists():
     class Module:
-        ANSWER_HELPERS = {"q9": ["gpucourse.xla.parse_hlo", "os.system"]}
+        ANSWER_HELPERS = {"q9": ["gpucourse.xla.break_even_calls"]}
 
     class Listed:
         ANSWER_HELPERS = ["gpucourse.xla.variants"]
 
     got = helper_items("06", [Module, Listed])
-    assert got["gpucourse.xla.parse_hlo"] == ["q9"] and got["gpucourse.xla.padding_cost"] == ["q4"]
+    assert got["gpucourse.xla.break_even_calls"] == ["q9"] and got["gpucourse.xla.padding_cost"] == ["q4"]
     assert got["gpucourse.xla._hlo_proto"] == ["q2"]
-    assert got["gpucourse.xla.variants"] == [] and "os.system" not in got
+    assert got["gpucourse.xla.variants"] == []
     assert set(answer_helpers("07")) == {n for names in ANSWER_HELPERS["07"].values() for n in names}
+
+
+@pytest.mark.parametrize("listed, fragment", [
+    ({"h1": ["gpucourse.distribute.visible_gpu_ids"]}, "does not exist"),  # moved to gpucourse.multiworker
+    ({"h1": ["gpucourse.xla.padding_cots"]}, "does not exist"),  # a typo
+    ({"h1": ["gpucourse.no_such_module.f"]}, "does not exist"),
+    ({"h1": ["os.system"]}, "not a course helper"),
+    ({"h1": ["gpucourse.memory.MiB"]}, "not a function or class"),
+    ({"h1": "gpucourse.xla.padding_cost"}, "must be a list"),
+    ("gpucourse.xla.padding_cost", "must be a dict"),
+])
+def test_a_test_files_helper_that_does_not_resolve_is_refused(tmp_path, listed, fragment):
+    """A hidden test's misspelt helper would silently protect nothing: the grader refuses the file."""
+    path = tmp_path / "hidden_lab01.py"
+    path.write_text(f"ANSWER_HELPERS = {listed!r}\n")
+    with pytest.raises(ValueError) as err:
+        helper_items("01", [load_test_file(path)])
+    text = str(err.value)
+    assert str(path) in text and fragment in text, text
+    if isinstance(listed, dict) and isinstance(listed["h1"], list):
+        assert repr(listed["h1"][0]) in text and ("fix the spelling" in text or "gpucourse.module.function" in text
+                                                  or "list the function" in text)
+    with pytest.raises(ValueError, match="guard_config: ANSWER_HELPERS lists 'gpucourse.xla.padding_cots'"):
+        guard_config(None, ["gpucourse.xla.padding_cots"], [], [], [])
+
+
+def test_the_cli_refuses_a_hidden_test_with_a_misspelt_helper(tmp_path, capsys):
+    from gpucourse.grading.cli import main
+
+    hidden = tmp_path / "hidden.py"
+    hidden.write_text("ANSWER_HELPERS = {'h1': ['gpucourse.distribute.visible_gpu_ids']}\n")
+    nb = tmp_path / "sub.ipynb"
+    nb.write_text("{}")
+    for argv in ([str(nb), "--lab", "01", "--extra-tests", str(hidden)],
+                 ["gradescope", "--lab", "01", "--extra-tests", str(hidden), "--out", str(tmp_path / "g.zip")]):
+        with pytest.raises(SystemExit):
+            main(argv)
+        assert "'gpucourse.distribute.visible_gpu_ids', which does not exist" in capsys.readouterr().err
+    assert not (tmp_path / "g.zip").exists()
 
 
 # --------------------------------------------------------------------------- the answer-helper map is current
@@ -153,6 +192,9 @@ def test_guard_config_preloads_every_helpers_module():
     config = guard_config(None, ["gpucourse.multiworker.visible_gpu_ids", "gpucourse.xla._HloCounts",
                                  "gpucourse.bottleneck._union_us"], [], [], [])
     assert config["preload"] == ["gpucourse.bottleneck", "gpucourse.multiworker", "gpucourse.xla"]
+    course = config["course_modules"]  # listed by the grader: the guard itself imports the standard library only
+    assert {"gpucourse.memory", "gpucourse.monitor", "gpucourse.labtests", "gpucourse.grading.items"} <= set(course)
+    assert "gpucourse.authoring" not in course and "gpucourse.labgen" not in course
 
 
 def _rec(kind, detail, seq=[0]):
@@ -165,7 +207,7 @@ def test_assess_sorts_records_into_tampering_withheld_and_flags():
     records = [
         _rec("ready", (1, 2, 3)),
         _rec("event", ("submission", "dynamic-code", "exec", "cell:3")),
-        _rec("event", ("item:public:q2", "helper", "gpucourse.xla.pad_to_bucket", "answer:2")),
+        _rec("event", ("item:public:q2", "helper", "gpucourse.xla.padding_cost", "answer:2")),
         _rec("event", ("item:hidden:h.py:h1", "introspection", "sys._getframe", "secret:5")),
         _rec("phase", ("begin", "")), _rec("phase", ("item", "public:q1")), _rec("observed", ("public:q1", "{}")),
         _rec("phase", ("item", "public:q2")), _rec("observed", ("public:q2", "{}")),
@@ -174,11 +216,11 @@ def test_assess_sorts_records_into_tampering_withheld_and_flags():
     ]
     a = assess(records, [], plan)
     assert a.complete and a.tampering == []
-    assert "public:q2" in a.withheld and "pad_to_bucket" in a.withheld["public:q2"]
-    early = assess([_rec("event", ("submission", "helper", "gpucourse.xla.pad_to_bucket", "cell:4"))], [], plan,
-                   helpers={"gpucourse.xla.pad_to_bucket": ["q4"]})
+    assert "public:q2" in a.withheld and "padding_cost" in a.withheld["public:q2"]
+    early = assess([_rec("event", ("submission", "helper", "gpucourse.xla.padding_cost", "cell:4"))], [], plan,
+                   helpers={"gpucourse.xla.padding_cost": ["q4"]})
     assert list(early.withheld) == ["public:q4"]
-    assert early.flags == ["called gpucourse.xla.pad_to_bucket (in `cell`, line 4)"]
+    assert early.flags == ["called gpucourse.xla.padding_cost (in `cell`, line 4)"]
     assert "inspected the running program" in a.inline_withheld
     text = "\n".join(a.flags)
     assert "ran dynamically built code: exec in `cell`, line 3" in text

@@ -120,9 +120,7 @@ def _grade_main(argv) -> int:
     ap.add_argument("--canvas-column", help="name of this lab's Canvas column in canvas.csv, e.g. 'Lab 01 (4321)'")
     a = ap.parse_args(argv)
     lab = _lab_arg(ap, a.lab)
-    for p in a.extra_tests:
-        if not p.is_file():
-            ap.error(f"extra test file not found: {p}")
+    _check_extra_tests(ap, lab, a.extra_tests)
     if a.timeout <= 0 or a.jobs < 1:
         ap.error("--timeout must be > 0 and --jobs >= 1")
     if not a.path.exists():
@@ -138,6 +136,23 @@ def _grade_main(argv) -> int:
     dest.write_text(json.dumps(rep.to_dict(), indent=2) + "\n")
     print(f"report written to {dest}")
     return 0
+
+
+def _check_extra_tests(ap, lab: str | None, paths) -> None:
+    """Stop before grading anything when a hidden test file is missing, does not load, or lists a helper
+    that does not exist (every submission would otherwise fail, or the guard protect nothing)."""
+    from .integrity import helper_items
+    from .items import load_test_file
+
+    for p in paths:
+        if not p.is_file():
+            ap.error(f"extra test file not found: {p}")
+        try:
+            helper_items(lab, [load_test_file(p)])
+        except ValueError as exc:
+            ap.error(str(exc))
+        except Exception as exc:  # the file itself is broken: the same message every submission would get
+            ap.error(f"extra test file {p} does not load: {type(exc).__name__}: {exc}")
 
 
 def _lab_arg(ap, lab: str | None) -> str | None:
@@ -159,9 +174,7 @@ def _gradescope_main(argv) -> int:
                     help="when learners see the hidden tests' results (default after_due_date)")
     a = ap.parse_args(argv)
     lab = _lab_arg(ap, a.lab)
-    for p in a.extra_tests:
-        if not p.is_file():
-            ap.error(f"extra test file not found: {p}")
+    _check_extra_tests(ap, lab, a.extra_tests)
     out = build_bundle(lab, a.extra_tests, a.out or Path(f"lab{lab}-autograder.zip"), a.timeout, a.hidden_visibility)
     print(f"Gradescope bundle written to {out}: upload it as the autograder of a 'Programming Assignment'.")
     return 0

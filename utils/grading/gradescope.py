@@ -1,4 +1,7 @@
-"""Gradescope: build a lab's autograder bundle, and grade one submission inside Gradescope's container.
+"""Make the course grader a Gradescope autograder.
+
+Two halves of that one job: :func:`build_bundle` packs the grader on the instructor's machine, and
+:func:`run` is what the packed ``run_autograder`` calls inside Gradescope's container.
 
 Gradescope runs each submission in its own container (see its "Autograder Specifications"): the
 bundle's ``setup.sh`` runs once, as root, when the image is built; ``run_autograder`` runs per

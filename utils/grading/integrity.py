@@ -15,10 +15,12 @@ Three jobs, all on the grader's side:
 from __future__ import annotations
 
 import ast
+import importlib
 import re
 from dataclasses import dataclass, field
 
-__all__ = ["ANSWER_HELPERS", "Assessment", "assess", "guard_config", "scan_source"]
+__all__ = ["ANSWER_HELPERS", "Assessment", "assess", "check_helper_name", "guard_config", "helper_items",
+           "scan_source"]
 
 #: Course helpers that compute an item's answer, per lab and item. Calling one from the learner's
 #: code withholds that item's marks (or the marks of the item being graded at that moment); importing
@@ -32,8 +34,7 @@ __all__ = ["ANSWER_HELPERS", "Assessment", "assess", "guard_config", "scan_sourc
 #: ``tests/grading/test_integrity.py`` checks that every name resolves and that aliases are complete.
 ANSWER_HELPERS = {
     "01": {"q4": ("gpucourse.multiworker.visible_gpu_ids",)},  # CUDA_VISIBLE_DEVICES read like CUDA: len() is q4
-    "02": {"q1": ("gpucourse.placement.short_device", "gpucourse.placement.devices_of",
-                  "gpucourse.memory.normalize_device", "gpucourse.memory_explorer.normalize_device"),
+    "02": {"q1": ("gpucourse.placement.short_device", "gpucourse.placement.devices_of"),
            "q3": ("gpucourse.placement.attempt",)},  # fn() under tf.device with soft placement off, restored
     "03": {"q1": ("gpucourse.memory.estimate_state", "gpucourse.memory_explorer.estimate_state")},
     "04": {"q1": ("gpucourse.distribute.global_batch_size", "gpucourse.distribute._replicas_of",
@@ -69,6 +70,8 @@ def helper_items(lab: str | None, modules=()) -> dict[str, list[str]]:
 
     A test file's ``ANSWER_HELPERS`` is a dict ``{item key: [dotted names]}`` or a plain list (then
     the helpers answer no particular item: their use is withheld only while an item is graded).
+    A name that is not a course function or class (a typo, a renamed helper, ``os.system``) raises
+    ValueError naming the test file: the guard would otherwise protect nothing, silently.
     """
     out: dict[str, list[str]] = {}
     for key, names in ANSWER_HELPERS.get(lab or "", {}).items():
@@ -76,14 +79,40 @@ def helper_items(lab: str | None, modules=()) -> dict[str, list[str]]:
             out.setdefault(name, []).append(key)
     for module in modules:
         extra = getattr(module, "ANSWER_HELPERS", None)
-        pairs = extra.items() if isinstance(extra, dict) else [(None, extra or ())]
+        if extra is None:
+            continue
+        where = getattr(module, "__file__", None) or getattr(module, "__name__", "a test file")
+        if not isinstance(extra, (dict, list, tuple)):
+            raise ValueError(f"{where}: ANSWER_HELPERS must be a dict {{'q1': ['gpucourse.module.function']}} or a "
+                             f"list of such names, got {type(extra).__name__}")
+        pairs = extra.items() if isinstance(extra, dict) else [(None, extra)]
         for key, names in pairs:
-            for name in names if isinstance(names, (list, tuple)) else ():
-                if isinstance(name, str) and name.startswith("gpucourse."):
-                    keys = out.setdefault(name, [])
-                    if isinstance(key, str) and key not in keys:
-                        keys.append(key)
+            if isinstance(names, str) or not isinstance(names, (list, tuple)):
+                raise ValueError(f"{where}: ANSWER_HELPERS[{key!r}] must be a list of dotted names like "
+                                 f"['gpucourse.module.function'], got {names!r}")
+            for name in names:
+                check_helper_name(name, where)
+                keys = out.setdefault(name, [])
+                if isinstance(key, str) and key not in keys:
+                    keys.append(key)
     return out
+
+
+def check_helper_name(name, where: str = "ANSWER_HELPERS") -> None:
+    """Raise ValueError unless ``name`` is the dotted name of a course function or class."""
+    module, _, attr = name.rpartition(".") if isinstance(name, str) else ("", "", "")
+    if not (module == "gpucourse" or module.startswith("gpucourse.")) or not attr:
+        raise ValueError(f"{where}: ANSWER_HELPERS lists {name!r}, which is not a course helper; the guard only "
+                         "watches functions of the course package: write 'gpucourse.module.function'")
+    try:
+        obj = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"{where}: ANSWER_HELPERS lists {name!r}, which does not exist ({exc}), so the guard "
+                         "would protect nothing; fix the spelling or use the helper's current module "
+                         "(see gpucourse.grading.integrity.ANSWER_HELPERS for the live names)") from None
+    if not callable(obj):
+        raise ValueError(f"{where}: ANSWER_HELPERS lists {name!r}, a {type(obj).__name__}, not a function or "
+                         "class; list the function that computes the answer")
 
 
 def answer_helpers(lab: str | None, modules=()) -> tuple[str, ...]:
@@ -92,13 +121,29 @@ def answer_helpers(lab: str | None, modules=()) -> tuple[str, ...]:
 
 
 def guard_config(address: str | None, helpers, grader_files, driver_files, driver_sha256, protected=()) -> dict:
-    """What :func:`gpucourse.grading.kernel_guard.install` needs (see its docstring)."""
+    """What :func:`gpucourse.grading.kernel_guard.install` needs (see its docstring).
+
+    Every helper must name a course function or class (:func:`check_helper_name`), else ValueError.
+    """
     helpers = list(helpers)
+    for name in helpers:
+        check_helper_name(name, "guard_config")
     # The guard wraps a helper only if its module is loaded when it installs: import every helper's module.
     preload = sorted({name.rpartition(".")[0] for name in helpers if name.startswith("gpucourse.")})
     return {"address": address, "answer_helpers": helpers, "grader_files": list(grader_files),
             "driver_files": list(driver_files), "driver_sha256": list(driver_sha256),
-            "protected_files": list(protected), "preload": preload}
+            "protected_files": list(protected), "preload": preload, "course_modules": course_modules()}
+
+
+def course_modules() -> list[str]:
+    """Every helper module of the course (so a module added later is watched too), not the authoring tools."""
+    import pkgutil
+
+    import gpucourse
+
+    tools = ("authoring", "labgen", "benchmark")
+    names = [m.name for m in pkgutil.iter_modules(gpucourse.__path__) if m.name not in tools and not m.ispkg]
+    return ["gpucourse." + n for n in names + ["grading", "grading.items", "grading.checker", "labtests"]]
 
 
 # --------------------------------------------------------------------------- static scan
@@ -164,7 +209,7 @@ def _course_imports(tree) -> dict[str, str]:
 
 
 def _resolve(name: str | None, aliases: dict[str, str]) -> str | None:
-    """'xla.pad_to_bucket' with xla -> gpucourse.xla gives 'gpucourse.xla.pad_to_bucket'."""
+    """'xla.padding_cost' with xla -> gpucourse.xla gives 'gpucourse.xla.padding_cost'."""
     if not name:
         return None
     head, _, rest = name.partition(".")

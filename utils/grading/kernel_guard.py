@@ -11,7 +11,7 @@ linted and unit-tested (``tests/grading/test_kernel_guard.py``).
    records, for every watched module and every class defined in one, which object each function,
    class and descriptor name refers to, which class each module is, and which ``sys.modules`` entry
    each module is;
-2. wraps the lab's answer-bearing course helpers (e.g. ``gpucourse.xla.pad_to_bucket``) and
+2. wraps the lab's answer-bearing course helpers (e.g. ``gpucourse.xla.padding_cost``) and
    ``atexit.register`` so that calls to them are reported;
 3. connects to the grader's socket and sends it a fresh random key;
 4. installs an audit hook (:pep:`578`; Python offers no way to remove it) that
@@ -90,18 +90,12 @@ def _is_watched_name(name: str, stdlib: frozenset) -> bool:
     return top not in SKIP_MODULES and (top in stdlib or top in WATCHED_PACKAGES)
 
 
-def _preload(extra=(), defaults: bool = True) -> None:
+def _preload(extra=(), defaults: bool = True, course=()) -> None:
+    """Import the libraries to watch: PRELOAD and ``course`` (the grader lists the course's helper
+    modules, so this file needs nothing but the standard library), then ``extra``."""
     import importlib
 
-    import pkgutil
-
-    import gpucourse
-
-    # Every helper module of the course (so a module added later is watched too), not the authoring tools.
-    tools = ("authoring", "labgen", "benchmark")
-    course = [m.name for m in pkgutil.iter_modules(gpucourse.__path__) if m.name not in tools and not m.ispkg]
-    course += ["grading", "grading.items", "grading.checker", "labtests"]
-    names = tuple(PRELOAD) + tuple("gpucourse." + c for c in course) if defaults else ()
+    names = tuple(PRELOAD) + tuple(course) if defaults else ()
     for name in names + tuple(extra):
         try:
             importlib.import_module(name)
@@ -119,7 +113,8 @@ def install(config: dict, user_ns: dict | None = None) -> dict:
     name: only code compiled under it may send phase and observation events), ``driver_sha256``
     (digests of the driver's source: compiling exactly that is not reported), ``protected_files``
     (the test files: opening one is reported), ``preload`` (extra
-    modules to import and watch) and ``preload_defaults`` (False: import only ``preload``; for tests).
+    modules to import and watch), ``course_modules`` (every helper module of the course, listed by the
+    grader) and ``preload_defaults`` (False: import only ``preload``; for tests).
     ``user_ns`` is the notebook's namespace: its ``__builtins__`` must stay the real builtins.
     """
     import _thread
@@ -135,7 +130,7 @@ def install(config: dict, user_ns: dict | None = None) -> dict:
     import types
 
     t0 = time.perf_counter()
-    _preload(config.get("preload", ()), config.get("preload_defaults", True))
+    _preload(config.get("preload", ()), config.get("preload_defaults", True), config.get("course_modules", ()))
 
     # ---------------------------------------------------------------- captured primitives
     # Every name the hook and its helpers use is one of these closure variables: never a global or

@@ -145,7 +145,11 @@ def grade_notebook(path: str | Path, lab: str | None = None, extra_tests=(), tim
         if not code:
             report.status, report.reason = "empty", "the notebook has no code to run"
             return report
-        helpers = helper_items(lab, [m for _, _, m in loaded])
+        try:
+            helpers = helper_items(lab, [m for _, _, m in loaded])
+        except ValueError as exc:  # a hidden test's misspelt helper would protect nothing: say so, grade nothing
+            report.reason = f"a test file's ANSWER_HELPERS is wrong: {exc}"
+            return report
         report.flags = scan_source([s for _, s in code], lab, find_template(lab), helpers, [i for i, _ in code])
         judging.warm_up([t for _, _, t in tests])
         _run(report, code, tests, plan, helpers, timeout, kernel_name)
