@@ -83,8 +83,9 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="shorter runs (noisier)")
     ap.add_argument("--json", type=Path, help="also write the rows as JSON")
     a = ap.parse_args(argv)
-    import tensorflow as tf
+    from ._tf import tf as _tf
 
+    tf = _tf()
     gpus = tf.config.list_physical_devices("GPU")
     print(f"TensorFlow {tf.__version__} on {platform.machine()} with "
           f"{len(gpus)} GPU(s)" + ("" if gpus else " (CPU path)"))

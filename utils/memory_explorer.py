@@ -194,7 +194,7 @@ def update(batch: int = 512, policy: str = "float32", steps: int = 1, budget_mib
         f"{format_bytes(got['step_bytes'])}; measured / estimate = {got['total_bytes'] / est.total_bytes:.2f}",
     ]
     layer_out = micro * max(LAYERS[1:-1]) * POLICIES[policy]
-    if dev.startswith("CPU") and layer_out < CPU_UNCOUNTED_BELOW:
+    if "CPU" in dev.upper() and layer_out < CPU_UNCOUNTED_BELOW:
         lines.append(f"note: on a CPU, get_memory_info leaves out tensors under 256 KiB; this micro-batch's "
                      f"layer outputs ({format_bytes(layer_out)} each) are not counted")
     return View("\n".join(lines), _figure(est, got, budget) if figure else None)

@@ -279,9 +279,10 @@ def _check_launch(num_workers, steps, per_replica_batch, seed, timeout, mode, on
     _validate.one_of("mode", mode, ("loop", "fit"))
     _validate.env_vars("extra_env", extra_env)
     _validate.whole("save_every", save_every, what="steps between checkpoints")
-    indices = list(range(num_workers)) if only is None else list(only)
-    if not indices or any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < num_workers
-                          for i in indices) or len(set(indices)) != len(indices):
+    indices = list(range(num_workers)) if only is None else _validate.sequence("only", only, "worker indices")
+    for i in indices:
+        _validate.whole("only index", i, 0, num_workers - 1)
+    if len(set(indices)) != len(indices):
         raise ValueError(f"only must list distinct worker indices in 0..{num_workers - 1}, got {only!r}")
     if checkpoint_dir is not None:
         if not isinstance(checkpoint_dir, (str, os.PathLike)):

@@ -51,8 +51,7 @@ ANSWER_HELPERS = {
     "07": {"q1": ("gpucourse.simulate._bound_s",),
            "q2": ("gpucourse._simparts._with_options", "gpucourse.simulate._with_options")},  # no injected prefetch
     "08": {"q1": ("gpucourse.profiling.step_breakdown",),
-           "q2": ("gpucourse.profiling._union_us", "gpucourse.bottleneck._union_us",
-                  "gpucourse.monitor.utilisation_readings"),  # its "nvml" reading is q2's busy fraction
+           "q2": ("gpucourse.profiling._union_us", "gpucourse.bottleneck._union_us"),  # the union of busy spans
            "q3": ("gpucourse.simulate._bound_s",),  # steps x step_s / bound, for a long epoch
            "q5": ("gpucourse.bottleneck.classify", "gpucourse.bottleneck.group_shares",
                   "gpucourse.bottleneck.format_rows", "gpucourse.bottleneck._step_table")},
