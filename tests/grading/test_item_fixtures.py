@@ -1,10 +1,14 @@
-"""Every wrong-answer fixture loses exactly the item it targets, with the golden message (see item_fixtures)."""
+"""Every wrong-answer fixture loses exactly the item it targets, with the golden message (see item_fixtures).
+
+Labs 01-04 here, 05-08 in test_item_fixtures_05_08.py: two files, so that pytest-xdist (--dist loadfile)
+runs the two halves, one kernel per lab, on both cores.
+"""
 
 import pytest
 
 from .item_fixtures import expected, fixture_files, run_lab
 
-FILES = fixture_files()
+FILES = [p for lab in ("01", "02", "03", "04") for p in fixture_files(lab)]
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: f"lab{p.parent.name[3:]}/{p.stem}")

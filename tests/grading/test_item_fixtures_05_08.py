@@ -1,0 +1,19 @@
+"""Wrong-answer fixtures of labs 05-08 (the same test as test_item_fixtures.py, on the other xdist worker)."""
+
+import pytest
+
+from .item_fixtures import fixture_files
+from .test_item_fixtures import test_fixture_loses_exactly_its_item as _check
+
+FILES = [p for lab in ("05", "06", "07", "08") for p in fixture_files(lab)]
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: f"lab{p.parent.name[3:]}/{p.stem}")
+def test_fixture_loses_exactly_its_item(path):
+    _check(path)
+
+
+def test_the_two_files_cover_every_fixture():
+    from .test_item_fixtures import FILES as FIRST
+
+    assert sorted(FIRST + FILES) == fixture_files()
