@@ -72,3 +72,10 @@ def test_static_fallback_prints_current_values_and_presets(monkeypatch, capsys):
     assert ex.show() is None
     out = capsys.readouterr().out
     assert "n=4 on=True mode=a" in out and "n=2 on=True mode=a" in out and "n=4 on=True mode=b" in out
+
+
+def test_a_graded_run_measures_nothing(monkeypatch, capsys):
+    monkeypatch.setenv("GPUCOURSE_GRADING", "1")
+    ex = _explorer("t-graded", presets=[{"n": 2}])
+    assert ex.show() is None and ex.updates == 0 and ex.widget is None
+    assert "not run while grading" in capsys.readouterr().out

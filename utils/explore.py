@@ -21,6 +21,9 @@ An explorer is a pure *update* function plus a list of controls::
   ``jupyter nbconvert``; or ``GPUCOURSE_STATIC=1``) it falls back to a static
   view: ``update`` run for the current values, plus each ``presets`` entry,
   printed and drawn one after the other.
+* While the grader runs a lab (``GPUCOURSE_GRADING=1``) an explorer prints one
+  line and measures nothing: nobody sees it, and the grader checks the
+  learner's functions, never an explorer.
 
 For the browser test: the root box has the CSS class ``gpucourse-explorer``,
 every control ``gpucourse-explorer-control``, the status line
@@ -192,6 +195,9 @@ class Explorer:
 
         Returns None, so that ``Explorer(...).show()`` as a cell's last line does not display it twice.
         """
+        if os.environ.get("GPUCOURSE_GRADING") == "1":  # a graded run: no one looks, so measure nothing
+            print(f"{self.title}: not run while grading (open the notebook to explore)")
+            return None
         w = _widgets()
         if w is None:
             self.show_static()

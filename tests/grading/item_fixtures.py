@@ -32,6 +32,7 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 _HARNESS = r'''
 def _fx_main(lab, fixtures):
     import json
+    import time
     from gpucourse.grading.items import Namespace, items_in, lab_test_path, load_test_file, run_item
 
     class Recording(Namespace):
@@ -61,8 +62,10 @@ def _fx_main(lab, fixtures):
             continue
         changed = {k for k, v in g.items() if not k.startswith("_") and (k not in before or before[k] is not v)}
         run = [k for k in items if k == target or changed & set(reads[k])]
+        t0 = time.perf_counter()
         results = {k: run_item(items[k][0], items[k][1], Namespace(public())).to_dict() for k in run}
-        out["fixtures"][name] = {"changed": sorted(changed), "results": results}
+        out["fixtures"][name] = {"changed": sorted(changed), "results": results,
+                                 "seconds": round(time.perf_counter() - t0, 2)}
         for k in list(g):
             if k not in before:
                 del g[k]
@@ -101,7 +104,7 @@ def run_lab(lab: str) -> dict:
     fixtures = [(p.name, expected(p)["item"], p.read_text()) for p in fixture_files(lab)]
     cells.append(nbformat.v4.new_code_cell(_HARNESS % {"lab": lab, "fixtures": fixtures}))
     nb = nbformat.v4.new_notebook(cells=cells)
-    env = dict(os.environ, MPLBACKEND="Agg")
+    env = dict(os.environ, MPLBACKEND="Agg", GPUCOURSE_GRADING="1")  # as the grader's kernel: explorers idle
     env.pop("PYTEST_CURRENT_TEST", None)
     client = NotebookClient(nb, timeout=600, kernel_name="python3", allow_errors=False,
                             resources={"metadata": {"path": str(solution_path(lab).parent)}})

@@ -305,6 +305,13 @@ def _steady(spans, step_s) -> float:
     return (len(spans) - 1) * step_s / (spans[-1][1] - spans[0][1])
 
 
+def _fast_enough(got, case) -> bool:
+    """Whether one measurement already meets the target (then the second one is skipped; the judge decides)."""
+    if not got or got[0] > STARTUP_FACTOR * (case["load_s"] + case["augment_s"]):
+        return False
+    return _steady(_device(got, case["step_s"]), case["step_s"]) >= UTILISATION_TARGET
+
+
 @item("q4", points=5, title="fast_pipeline keeps the simulated accelerator busy >= 90% of the time")
 class q4:
     def cases(rng):
@@ -320,7 +327,7 @@ class q4:
         fn = ns.function("fast_pipeline")
         a, b, c, n = case["a"], case["b"], case["c"], len(case["values"])
         attempts = []
-        for _ in range(case["attempts"]):  # two measurements; the judge grades the better one (a noisy machine)
+        for _ in range(case["attempts"]):  # up to two measurements; the judge grades the better one (a noisy machine)
             lanes = simulate.Lanes()
             load = simulate.Stage(case["load_s"], lambda v: a * v + b, "load", lanes=lanes)
             augment = simulate.Stage(case["augment_s"], lambda v: c * v, "augment", lanes=lanes)
@@ -331,6 +338,8 @@ class q4:
             got, values = _drain(ds, lanes, n + 1)
             attempts.append({"before": before, "got": got, "values": values,
                              "calls": [load.elements, augment.elements]})
+            if _fast_enough(got, case):  # measure again only when the first run fell short
+                break
         return {"type": "Dataset", "attempts": attempts}
 
     def judge(case, seen):
