@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -95,14 +94,15 @@ def run_lab(lab: str) -> dict:
     import nbformat
     from nbclient import NotebookClient
 
+    from gpucourse.grading.execute import kernel_env
+
     sol = nbformat.read(solution_path(lab), as_version=4)
     cells = [nbformat.v4.new_code_cell(c.source) for c in sol.cells
              if c.cell_type == "code" and "check(" not in c.source and "check.summary" not in c.source]
     fixtures = [(p.name, expected(p)["item"], p.read_text()) for p in fixture_files(lab)]
     cells.append(nbformat.v4.new_code_cell(_HARNESS % {"lab": lab, "fixtures": fixtures}))
     nb = nbformat.v4.new_notebook(cells=cells)
-    env = dict(os.environ, MPLBACKEND="Agg", GPUCOURSE_GRADING="1")  # as the grader's kernel: explorers idle
-    env.pop("PYTEST_CURRENT_TEST", None)
+    env = kernel_env()  # the graded kernel's environment (explorers idle, no user site, Agg plots)
     client = NotebookClient(nb, timeout=600, kernel_name="python3", allow_errors=False,
                             resources={"metadata": {"path": str(solution_path(lab).parent)}})
     with client.setup_kernel(env=env):
