@@ -136,9 +136,11 @@ def test_nvml_without_driver_is_empty_list():
 T4, A100, H100 = ("Tesla T4", (7, 5)), ("NVIDIA A100-SXM4-40GB", (8, 0)), ("NVIDIA H100 80GB HBM3", (9, 0))
 
 
-def _fake_tensor_cores(cc):
-    """The four-key table topic 05 teaches (fp16 >= 7.0, bf16 and TF32 >= 8.0, FP8 >= 8.9)."""
+def _fake_tensor_cores(cc, name=None):
+    """The four-key table topic 05 teaches (fp16 >= 7.0, bf16 and TF32 >= 8.0, FP8 >= 8.9); a 'GTX 16' has none."""
     cc = tuple(cc)
+    if name and "GTX 16" in name:
+        return dict.fromkeys(("float16", "bfloat16", "tfloat32", "float8"), False)
     return {"float16": cc >= (7, 0), "bfloat16": cc >= (8, 0), "tfloat32": cc >= (8, 0), "float8": cc >= (8, 9)}
 
 
@@ -191,12 +193,24 @@ def test_report_renders_whatever_dtypes_precision_knows(fake_gpus, monkeypatch):
     from gpucourse import precision
 
     fake_gpus(T4, H100)
-    monkeypatch.setattr(precision, "tensor_core_support", lambda cc: {"float16": tuple(cc) >= (7, 0),
-                                                                      "bfloat16": tuple(cc) >= (8, 0)})
+    monkeypatch.setattr(precision, "tensor_core_support", lambda cc, name=None: {"float16": tuple(cc) >= (7, 0),
+                                                                                 "bfloat16": tuple(cc) >= (8, 0)})
     text = "\n".join(" ".join(ln.split()) for ln in devices.device_report().to_text().splitlines())
     assert "GPU 0 Tesla T4, compute capability 7.5: Tensor Cores for float16; none for bfloat16" in text
     assert "GPU 1 NVIDIA H100 80GB HBM3, compute capability 9.0: Tensor Cores for float16, bfloat16\n" in text
     assert devices.describe_compute_capability((6, 1)).startswith("6.1: no Tensor Cores")
+
+
+def test_report_asks_by_name_and_says_why_a_gtx_16xx_has_no_tensor_cores(fake_gpus):
+    """Compute capability 7.5 is a T4 (float16 Tensor Cores) and a GTX 1660 (none): the name decides."""
+    fake_gpus(T4, ("NVIDIA GeForce GTX 1660 Ti", (7, 5)))
+    report = devices.device_report()
+    t4, gtx = report.gpus
+    assert t4.tensor_cores["float16"] and not any(gtx.tensor_cores.values())
+    lines = {ln.split()[1]: " ".join(ln.split()) for ln in report.to_text().splitlines() if ln.startswith("GPU ")}
+    assert "7.5: Tensor Cores for float16" in lines["0"]
+    assert "GTX 1660 Ti, compute capability 7.5: no Tensor Cores" in lines["1"]
+    assert "GTX 16xx" in lines["1"] and "TU116/TU117" in lines["1"]  # the reason, from precision_hardware
 
 
 def test_report_without_gpu_says_cpu_path():

@@ -22,6 +22,35 @@ def test_tensor_core_support_of_known_gpus(gpu, cc, fp16, bf16, tf32, fp8):
     assert list(hw.tensor_core_support(cc)) == list(hw.TENSOR_CORE_DTYPES)
 
 
+@pytest.mark.parametrize("name, why", [
+    ("NVIDIA GeForce GTX 1660 Ti", "TU116/TU117"), ("GeForce GTX 1650", "TU116/TU117"),
+    ("NVIDIA GeForce GTX 1630", "GTX 16xx"), ("nvidia geforce gtx1660 super", "GTX 16xx"),
+    ("NVIDIA GeForce MX450", "TU117"), ("NVIDIA GeForce MX550", "MX450/MX550"),
+])
+def test_turing_chips_without_tensor_cores_are_told_by_name(name, why):
+    """Compute capability 7.5 covers the T4 and the GTX 16xx: only the name tells them apart."""
+    assert why in hw.lacks_tensor_cores(name)
+    assert hw.tensor_core_support("7.5", name) == dict.fromkeys(hw.TENSOR_CORE_DTYPES, False)
+    advice = hw.recommend_policy("7.5", name)
+    assert advice.policy == "float32" and "no Tensor Cores" in advice.reason
+
+
+@pytest.mark.parametrize("name", [None, "Tesla T4", "NVIDIA GeForce RTX 2080 Ti", "NVIDIA GeForce GTX 1080",
+                                  "NVIDIA GeForce RTX 4060", "Quadro RTX 4000", "NVIDIA GeForce MX250",
+                                  "NVIDIA GeForce GTX 160"])
+def test_names_with_tensor_cores_or_unknown_keep_the_compute_capability_answer(name):
+    assert hw.lacks_tensor_cores(name) is None
+    for cc in ("6.1", "7.5", "8.9"):
+        assert hw.tensor_core_support(cc, name) == hw.tensor_core_support(cc)
+    assert hw.recommend_policy("7.5", name) == hw.recommend_policy("7.5")
+
+
+@pytest.mark.parametrize("bad, exc", [(16, TypeError), ("", ValueError), (b"GTX 1660", TypeError)])
+def test_gpu_name_bad_input(bad, exc):
+    with pytest.raises(exc, match="name"):
+        hw.tensor_core_support("7.5", bad)
+
+
 @pytest.mark.parametrize("cc, want", [("6.1", {}), ("8.6", {"float16", "bfloat16", "tfloat32"}),
                                       ("8.7", {"float16", "bfloat16", "tfloat32"}),
                                       ((10, 0), {"float16", "bfloat16", "tfloat32", "float8"}),

@@ -143,21 +143,25 @@ def nvml_gpus() -> list[GPUInfo]:
 # --------------------------------------------------------------------------- GPU capability
 
 
-def describe_compute_capability(cc) -> str:
-    """What a compute capability means for speed: which dtypes its Tensor Cores support.
+def describe_compute_capability(cc, name: str | None = None) -> str:
+    """What a compute capability (and the GPU's name) means for speed: which dtypes its Tensor Cores support.
 
     ``(7, 5)`` (a T4) -> ``'7.5: Tensor Cores for float16; none for bfloat16, tfloat32'``.
     The dtype list is whatever :func:`gpucourse.precision.tensor_core_support`
-    knows (topic 05 teaches it); this function only renders it.
+    knows (topic 05 teaches it); this function only renders it. With the
+    GPU's ``name`` the chips that have no Tensor Cores at their compute
+    capability (a GeForce GTX 16xx is 7.5, like a T4) say so and why.
     """
     from . import precision  # looked up at call time, so tests can fake it
 
-    support = precision.tensor_core_support(cc)
+    support = precision.tensor_core_support(cc, name)
     major, minor = (int(p) for p in (cc.split(".") if isinstance(cc, str) else cc))
     yes = [k for k, v in support.items() if v]
     no = [k for k, v in support.items() if not v]
     if not yes:
-        return f"{major}.{minor}: no Tensor Cores (float32 only; mixed precision saves memory, not time)"
+        why = precision.lacks_tensor_cores(name)
+        why = f"; {why}" if why else ""
+        return f"{major}.{minor}: no Tensor Cores (float32 only; mixed precision saves memory, not time){why}"
     text = f"{major}.{minor}: Tensor Cores for {', '.join(yes)}"
     return text + (f"; none for {', '.join(no)}" if no else "")
 
@@ -175,7 +179,7 @@ class GPUDetails:
         model = self.model or "unknown model"
         if self.compute_capability is None:
             return f"{model}, compute capability unknown (not an NVIDIA GPU?)"
-        return f"{model}, compute capability {describe_compute_capability(self.compute_capability)}"
+        return f"{model}, compute capability {describe_compute_capability(self.compute_capability, self.model)}"
 
 
 def gpu_details() -> list[GPUDetails]:
@@ -196,8 +200,9 @@ def gpu_details() -> list[GPUDetails]:
             details = {}
         cc = details.get("compute_capability")
         cc = (int(cc[0]), int(cc[1])) if cc else None
-        cores = dict(precision.tensor_core_support(cc)) if cc else {}
-        out.append(GPUDetails(gpu.name, details.get("device_name"), cc, cores))
+        model = details.get("device_name")
+        cores = dict(precision.tensor_core_support(cc, model)) if cc else {}  # by name too: GTX 16xx is 7.5
+        out.append(GPUDetails(gpu.name, model, cc, cores))
     return out
 
 

@@ -6,6 +6,9 @@ precision on it, without needing the GPU.
 * :func:`tensor_core_support` says which dtypes get Tensor Cores at a compute
   capability: float16 from 7.0 (Volta, Turing's T4 at 7.5), bfloat16 and
   TF32 from 8.0 (Ampere), float8 from 8.9 (Ada, e.g. L4) and 9.0 (Hopper).
+  Given the GPU's name it also knows the Turing chips without Tensor Cores:
+  compute capability 7.5 includes the GeForce GTX 16xx (TU116/TU117), whose
+  float16 runs on ordinary units (:func:`lacks_tensor_cores`).
 * :data:`GPU_PEAKS`, :func:`peak_speedup` and :func:`peak_table` hold the
   dense peak TFLOPS of common GPUs from NVIDIA's data sheets, so a speed-up
   can be put beside its theoretical limit: mixed precision on an A100 or H100
@@ -25,11 +28,13 @@ from . import _tf, _validate
 
 __all__ = [
     "GPU_PEAKS",
+    "NO_TENSOR_CORE_NAMES",
     "TENSOR_CORE_DTYPES",
     "TENSOR_CORE_MIN_CC",
     "GpuPeaks",
     "PolicyAdvice",
     "gpu_compute_capability",
+    "lacks_tensor_cores",
     "parse_compute_capability",
     "peak_speedup",
     "peak_table",
@@ -43,6 +48,15 @@ TENSOR_CORE_DTYPES = ("float16", "bfloat16", "tfloat32", "float8")
 #: Lowest compute capability whose Tensor Cores take each dtype (NVIDIA's architecture documents;
 #: float8 per NVIDIA Transformer Engine's support matrix: 8.9 Ada and 9.0 Hopper and later).
 TENSOR_CORE_MIN_CC = {"float16": (7, 0), "bfloat16": (8, 0), "tfloat32": (8, 0), "float8": (8, 9)}
+#: GPUs whose compute capability promises Tensor Cores but whose chip has none, by name pattern
+#: (regular expression, matched case-insensitively against the name the driver reports) -> why.
+#: All are Turing (7.5) TU116/TU117 chips, which NVIDIA built without Tensor Cores.
+NO_TENSOR_CORE_NAMES = {
+    r"\bGTX\s*16\d\d": "a GeForce GTX 16xx (Turing TU116/TU117) has no Tensor Cores, though its compute capability "
+                       "is 7.5 like the T4's",
+    r"\bMX\s*[45]50\b": "a GeForce MX450/MX550 (Turing TU117) has no Tensor Cores, though its compute capability "
+                        "is 7.5",
+}
 
 
 def parse_compute_capability(cc) -> tuple[int, int]:
@@ -60,15 +74,37 @@ def parse_compute_capability(cc) -> tuple[int, int]:
     return major, minor
 
 
-def tensor_core_support(cc) -> dict[str, bool]:
-    """Which dtypes get Tensor Cores on a GPU of compute capability ``cc``.
+def lacks_tensor_cores(name) -> str | None:
+    """Why the GPU called ``name`` has no Tensor Cores despite its compute capability, or None.
+
+    ``"NVIDIA GeForce GTX 1660 Ti"`` -> a reason (Turing TU116, compute
+    capability 7.5, no Tensor Cores); ``"Tesla T4"`` or ``None`` (name
+    unknown) -> None. Only the chips in :data:`NO_TENSOR_CORE_NAMES` are known.
+    """
+    import re
+
+    if name is None:
+        return None
+    _validate.text("name", name, "the GPU's name, e.g. 'NVIDIA GeForce GTX 1660 Ti', or None")
+    return next((why for pattern, why in NO_TENSOR_CORE_NAMES.items() if re.search(pattern, name, re.I)), None)
+
+
+def tensor_core_support(cc, name: str | None = None) -> dict[str, bool]:
+    """Which dtypes get Tensor Cores on a GPU of compute capability ``cc`` (and name ``name``).
 
     Returns ``{"float16": ..., "bfloat16": ..., "tfloat32": ..., "float8": ...}``:
     a T4 (7.5) has float16 only; an A100 (8.0) adds bfloat16 and TF32; an L4
     (8.9) or H100 (9.0) adds float8. ``False`` does not mean the dtype cannot
     run there, only that it runs without Tensor Cores (no speed-up from them).
+
+    The compute capability alone is not enough: 7.5 also covers the GeForce
+    GTX 16xx, which has no Tensor Cores. Pass the GPU's ``name`` (as
+    ``get_device_details`` or the driver reports it) and those come out
+    all False; without a name the answer is the compute capability's.
     """
     cc = parse_compute_capability(cc)
+    if lacks_tensor_cores(name):
+        return {dtype: False for dtype in TENSOR_CORE_MIN_CC}
     return {dtype: cc >= need for dtype, need in TENSOR_CORE_MIN_CC.items()}
 
 
@@ -187,12 +223,15 @@ class PolicyAdvice:
         return f"{self.policy}: {self.reason}"
 
 
-def recommend_policy(cc=None) -> PolicyAdvice:
-    """Advice for a GPU of compute capability ``cc`` (e.g. '8.6'), or for a CPU when ``cc`` is None."""
+def recommend_policy(cc=None, name: str | None = None) -> PolicyAdvice:
+    """Advice for a GPU of compute capability ``cc`` (e.g. '8.6') and name ``name``, or for a CPU when ``cc`` is None."""
     if cc is None:
         return PolicyAdvice("float32", "a CPU without float16/bfloat16 matrix units gains nothing from mixed "
                                        "precision and usually runs slower: keep float32")
-    support = tensor_core_support(cc)
+    support = tensor_core_support(cc, name)
+    why_not = lacks_tensor_cores(name)
+    if why_not:
+        return PolicyAdvice("float32", f"{why_not}: mixed precision only saves memory there and may be slower")
     name = "{}.{}".format(*parse_compute_capability(cc))
     if support["bfloat16"]:
         return PolicyAdvice("mixed_bfloat16", f"compute capability {name} has bfloat16 Tensor Cores: float16's "
