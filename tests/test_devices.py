@@ -264,6 +264,7 @@ class _FakeConfig:
         self.LogicalDeviceConfiguration = tf.config.LogicalDeviceConfiguration
         self.gpus = [tf.config.PhysicalDevice(f"/physical_device:GPU:{i}", "GPU") for i in range(n_gpus)]
         self.visible, self.virtual, self.started, self.calls = list(self.gpus), {}, started, []
+        self.experimental = types.SimpleNamespace(set_memory_growth=self.set_memory_growth)
 
     def list_physical_devices(self, device_type=None):
         return list(self.gpus) if device_type in (None, "GPU") else []
@@ -285,6 +286,17 @@ class _FakeConfig:
         self.calls.append(("split", dev.name, [c.memory_limit for c in configs]))
         self.virtual[dev] = list(configs)
 
+    def set_memory_growth(self, dev, enable):
+        if dev in self.virtual:  # TensorFlow's check (context.py), made before the runtime starts
+            raise ValueError("Cannot set memory growth on device when virtual devices configured")
+        assert not self.started, "TensorFlow would raise: Physical devices cannot be modified after being initialized"
+        self.calls.append(("growth", dev.name, enable))
+
+    def forget(self, dev):
+        assert not self.started
+        self.calls.append(("forget", dev.name))
+        self.virtual.pop(dev, None)
+
     def list_logical_devices(self, device_type=None):
         self.started = True
         names = []
@@ -298,6 +310,7 @@ def fake_config(monkeypatch):
     def install(n_gpus, started=False):
         cfg = _FakeConfig(n_gpus, started)
         monkeypatch.setattr(devices._tf, "tf", lambda: types.SimpleNamespace(config=cfg))
+        monkeypatch.setattr(devices, "_forget_logical_device_configuration", cfg.forget)
         monkeypatch.setattr(devices, "runtime_initialized", lambda: cfg.started)
         return cfg
     return install
@@ -326,7 +339,35 @@ def test_setup_can_change_its_mind_before_the_runtime_starts(fake_config):
     devices.setup_logical_devices(2, memory_limit_mb=512).clear()
     cfg.started = False  # as if nothing had been listed yet
     assert len(devices.setup_logical_devices(1)) == 1  # back to one whole GPU
-    assert cfg.calls[-1] == ("split", "/physical_device:GPU:0", [])
+    assert cfg.calls[-1] == ("forget", "/physical_device:GPU:0") and cfg.virtual == {}  # not configured with []
+
+
+@pytest.mark.parametrize("n_gpus, n", [(1, 1), (2, 2), (2, 1), (8, 2)])
+def test_whole_gpus_stay_unconfigured_so_memory_growth_still_works(fake_config, n_gpus, n):
+    """set_logical_device_configuration(gpu, []) would mark the GPU as split: growth dropped, and raising later."""
+    cfg = fake_config(n_gpus)
+    for gpu in cfg.gpus[:n]:  # growth first (the course's order), then the layout
+        cfg.set_memory_growth(gpu, True)
+    devices.setup_logical_devices(n)
+    assert cfg.virtual == {} and not any(c[0] in ("split", "forget") for c in cfg.calls)
+    cfg.started = False
+    for gpu in cfg.gpus[:n]:  # and growth after the layout
+        cfg.set_memory_growth(gpu, True)
+
+
+def test_tensorflow_counts_an_empty_configuration_as_virtual_devices(fresh_python):
+    """TensorFlow's own rule, on the CPU: after set_logical_device_configuration(dev, []) the memory-growth
+    call fails on the 'virtual devices configured' check (made before its GPU-only check), so [] is no undo."""
+    out = fresh_python("import tensorflow as tf\ncpu = tf.config.list_physical_devices('CPU')[0]\n"
+                       "def growth():\n    try:\n        tf.config.experimental.set_memory_growth(cpu, True)\n"
+                       "    except ValueError as e:\n        return str(e)\n"
+                       "print(growth())\ntf.config.set_logical_device_configuration(cpu, [])\n"
+                       "print(tf.config.get_logical_device_configuration(cpu))\nprint(growth())\n"
+                       "from gpucourse import devices\ndevices._forget_logical_device_configuration(cpu)\n"
+                       "print(tf.config.get_logical_device_configuration(cpu))\nprint(growth())\n")
+    before, config, after, forgotten, again = out.strip().splitlines()[-5:]
+    assert "non-GPU" in before and config == "[]" and "virtual devices configured" in after
+    assert forgotten == "None" and "non-GPU" in again  # the setup's undo leaves the device as never configured
 
 
 def test_setup_on_a_started_runtime_with_defaults(fake_config):

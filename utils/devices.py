@@ -489,7 +489,10 @@ def setup_logical_devices(n: int, memory_limit_mb: int | None = None, device_typ
     :func:`plan_gpu_split`): on Kaggle's 2 x T4, ``n=2`` gives one logical
     GPU per T4 and ``n=4`` two per T4; GPUs beyond ``use_gpus`` are hidden
     (``tf.config.set_visible_devices``), so none sits idle with its memory
-    reserved.
+    reserved. A GPU used whole is left unconfigured (no
+    ``set_logical_device_configuration`` call at all): an empty
+    configuration would count as "virtual devices configured", dropping its
+    memory-growth setting and making a later ``set_memory_growth`` raise.
 
     Args:
         n: how many logical devices of that type you want (>= 1).
@@ -540,8 +543,12 @@ def setup_logical_devices(n: int, memory_limit_mb: int | None = None, device_typ
         if visible != wanted_visible:
             tf.config.set_visible_devices(wanted_visible, "GPU")
         for gpu, limits in zip(wanted_visible, plan):
-            configs = [tf.config.LogicalDeviceConfiguration(memory_limit=m) for m in limits or []]
-            try:  # [] = whole again (an earlier call in this kernel may have split it)
+            if not limits:  # a whole GPU stays unconfigured, so its memory-growth setting keeps working
+                if tf.config.get_logical_device_configuration(gpu) is not None:
+                    _forget_logical_device_configuration(gpu)  # an earlier call in this kernel split it
+                continue
+            configs = [tf.config.LogicalDeviceConfiguration(memory_limit=m) for m in limits]
+            try:
                 tf.config.set_logical_device_configuration(gpu, configs)
             except ValueError as err:
                 if "memory growth" in str(err).lower():
@@ -549,6 +556,21 @@ def setup_logical_devices(n: int, memory_limit_mb: int | None = None, device_typ
                                      "growth off, restart the kernel, then split.") from err
                 raise
     return tf.config.list_logical_devices("GPU")
+
+
+def _forget_logical_device_configuration(gpu) -> None:
+    """Undo a split of ``gpu`` before the runtime starts, leaving it as if never configured.
+
+    ``tf.config.set_logical_device_configuration(gpu, [])`` is no undo: it
+    marks the GPU as having virtual devices (an empty list of them), and from
+    then on ``set_memory_growth(gpu, ...)`` raises "Cannot set memory growth on
+    device when virtual devices configured" and a growth setting made earlier
+    is dropped. TensorFlow has no public call to remove the entry, so this
+    removes it from the context's map (private since TF 2.1, still there in 2.21).
+    """
+    from tensorflow.python.eager import context
+
+    context.context()._virtual_device_map.pop(gpu, None)
 
 
 def _too_late(have: str, want: str) -> None:
