@@ -1,11 +1,11 @@
-"""gpucourse.bottleneck: the step-time categories, the verdict, the profiler's step table and the CPU stand-in."""
+"""gpucourse.bottleneck: the step-time categories, the verdict, the profiler's step table and the columns measured from a trace."""
 
 import json
 from pathlib import Path
 
 import pytest
 
-from gpucourse import bottleneck
+from gpucourse import bottleneck, profiling
 
 
 def _row(step=10.0, **ms):
@@ -145,6 +145,133 @@ def test_trace_step_table_measures_input_kernels_and_the_rest():
     assert bottleneck.classify(rows).kind == "host-bound"
 
 
+def _gpu_trace(kernel_us):
+    """A GPU trace as the trace viewer's converter writes it: the host on "/host:CPU" (pid 701, its op spans
+    are the launches, 600 of every 1000 µs), the GPU on "/device:GPU:0" (pid 2) with its stream lines, and a
+    line derived from the ops ("TensorFlow Ops") that spans the whole op and must not be read."""
+    meta = [{"ph": "M", "name": "process_name", "pid": 701, "args": {"name": "/host:CPU"}},
+            {"ph": "M", "name": "process_name", "pid": 2, "args": {"name": "/device:GPU:0"}}]
+    lines = {(701, 1): "python", (701, 2): "tf_Compute/5", (2, 1): "Stream #7(Compute)",
+             (2, 8): "Stream #14(MemcpyH2D,MemcpyD2H)", (2, 9): "Stream #15(MemcpyD2D)", (2, 15): "TensorFlow Ops"}
+    meta += [{"ph": "M", "name": "thread_name", "pid": p, "tid": t, "args": {"name": n}} for (p, t), n in lines.items()]
+
+    def ev(name, ts, dur, pid=701, tid=1, **args):
+        return {"ph": "X", "name": name, "ts": ts, "dur": dur, "pid": pid, "tid": tid, "args": args}
+
+    events = []
+    for i in range(2):
+        t0 = 1000 * i
+        events += [
+            ev(f"train {i}", t0, 1000, step_num=str(i)),
+            ev("input", t0, 100),
+            ev("MatMul", t0 + 150, 600, tid=2, long_name="dense/MatMul:MatMul"),      # the host launching it
+            ev("MemcpyH2D", t0 + 50, 100, pid=2, tid=8),                                  # half inside input
+            ev("volta_sgemm_128x64_nn", t0 + 200, kernel_us, pid=2, tid=1, long_name="volta_sgemm", hlo_op="dot"),
+            ev("MemcpyD2D", t0 + 200, 10, pid=2, tid=9),                                  # under the kernel
+            ev("MemcpyD2H", t0 + 960, 20, pid=2, tid=8),
+            ev("dense/MatMul", t0 + 150, 800, pid=2, tid=15, long_name="dense/MatMul:MatMul"),  # derived: not read
+        ]
+    events.append(ev("volta_sgemm_128x64_nn", 1990, 50, pid=2, tid=1))  # runs on past step 1: 10 µs count
+    return {"traceEvents": meta + events}
+
+
+def test_trace_step_table_reads_a_gpu_trace_from_its_streams():
+    short = bottleneck.trace_step_table(_gpu_trace(kernel_us=50))
+    r0, r1 = short
+    assert r0["stepTimeMs"] == pytest.approx(1.0)
+    assert r0["deviceComputeTimeMs"] == pytest.approx(0.05)   # the kernel, not the 0.6 ms the host spent on it
+    assert r0["deviceToDeviceTimeMs"] == 0.0                  # the copy ran under the kernel: the kernel has it
+    assert r0["outfeedTimeMs"] == pytest.approx(0.02)
+    assert r0["infeedTimeMs"] == pytest.approx(0.15)          # the input range and the rest of the H2D copy
+    assert r0["kernelLaunchTimeMs"] == pytest.approx(0.6 - 0.05)
+    assert r0["otherTimeMs"] == pytest.approx(1.0 - 0.05 - 0.02 - 0.15 - 0.55)
+    assert r1["deviceComputeTimeMs"] == pytest.approx(0.05 + 0.01)
+    assert r0["hostComputeTimeMs"] == r0["compileTimeMs"] == r0["deviceCollectivesTimeMs"] == 0.0
+    assert bottleneck.classify(short).kind == "host-bound"    # long launches, short kernels
+    long_ = bottleneck.trace_step_table(_gpu_trace(kernel_us=700))
+    assert long_[0]["deviceComputeTimeMs"] == pytest.approx(0.7)
+    assert long_[0]["kernelLaunchTimeMs"] == pytest.approx(0.05)  # 150-200 µs: launching, the GPU idle
+    assert bottleneck.classify(long_).kind == "device-bound"
+    # Read as a CPU trace (the GPU's lines dropped), the same host spans are called device compute: the
+    # reading the GPU trace must not fall back to.
+    host_only = _gpu_trace(kernel_us=50)
+    host_only["traceEvents"] = [e for e in host_only["traceEvents"] if e["pid"] == 701]
+    assert bottleneck.classify(bottleneck.trace_step_table(host_only)).kind == "device-bound"
+
+
+def test_only_gpu_stream_lines_are_device_time():
+    on = [profiling.TraceEvent("k", 0, 1, 2, 1, "Stream #7(Compute)", {}, "/device:GPU:0"),
+          profiling.TraceEvent("k", 0, 1, 2, 1, "Stream #3", {}, "host7 /device:GPU:3")]
+    off = [profiling.TraceEvent("k", 0, 1, 2, 15, "XLA Ops", {}, "/device:GPU:0"),
+           profiling.TraceEvent("k", 0, 1, 701, 1, "Stream #7", {}, "/host:CPU"),
+           profiling.TraceEvent("k", 0, 1, 701, 1, "python", {"long_name": "a:MatMul"}, "/host:CPU")]
+    assert [bottleneck._is_device_stream(e) for e in on + off] == [True, True, False, False, False]
+    assert bottleneck.GPU_PLANE == "/device:GPU:" and bottleneck.STREAM_LINE == "Stream #"
+
+
+def test_trace_step_table_on_a_recorded_trace_with_a_gpu_plane(fresh_python):
+    """A real trace recorded on this CPU, with the GPU's plane added to its XSpace as TensorFlow's CUPTI
+    collector writes it ("/device:GPU:0", "Stream #7(Compute)"), read through the installed converter: the
+    CPU's long op spans become launches, and the verdict follows the kernels."""
+    out = fresh_python(
+        "import os, tempfile, tensorflow as tf\n"
+        "from tensorflow.tsl.profiler.protobuf import xplane_pb2\n"
+        "from gpucourse import bottleneck, profiling\n"
+        "big = tf.random.stateless_normal((640, 640), seed=[1, 2])\n"
+        "heavy = tf.function(lambda: tf.reduce_sum(tf.matmul(big, big)))\n"
+        "heavy()\n"
+        "with profiling.capture_trace() as cap:\n"
+        "    for i in range(3):\n"
+        "        with profiling.step_marker(i):\n"
+        "            float(heavy())\n"
+        "print(bottleneck.classify(bottleneck.trace_step_table(cap.events(), skip=1)).kind)\n"
+        "space = xplane_pb2.XSpace()\n"
+        "space.ParseFromString(open(cap.xplane_path, 'rb').read())\n"
+        "host = next(p for p in space.planes if p.name == '/host:CPU')\n"
+        "steps = [(ln.timestamp_ns * 1000 + e.offset_ps, e.duration_ps) for ln in host.lines for e in ln.events\n"
+        "         if host.event_metadata[e.metadata_id].name == 'train']\n"
+        "for share in (0.02, 0.9):\n"
+        "    gpu = xplane_pb2.XSpace()\n"
+        "    gpu.CopyFrom(space)\n"
+        "    plane = gpu.planes.add(id=1, name='/device:GPU:0')\n"
+        "    plane.event_metadata[1].CopyFrom(xplane_pb2.XEventMetadata(id=1, name='sgemm_128x64_nn'))\n"
+        "    line = plane.lines.add(id=7, display_id=7, name='Stream #7(Compute)', timestamp_ns=0)\n"
+        "    for start_ps, dur_ps in steps:\n"
+        "        line.events.add(metadata_id=1, offset_ps=start_ps + dur_ps // 20, duration_ps=int(dur_ps * share))\n"
+        "    path = os.path.join(tempfile.mkdtemp(), 'gpu.xplane.pb')\n"
+        "    open(path, 'wb').write(gpu.SerializeToString())\n"
+        "    events = profiling.load_trace(path)\n"
+        "    rows = bottleneck.trace_step_table(events, skip=1)\n"
+        "    print(sorted({e.process for e in events}), bottleneck.classify(rows).kind,\n"
+        "          all(r['kernelLaunchTimeMs'] > 0 for r in rows),\n"
+        "          [round(r['deviceComputeTimeMs'] / r['stepTimeMs'], 2) for r in rows])\n")
+    lines = out.splitlines()
+    assert lines[0] == "device-bound"  # on the CPU the matmul is the device's work
+    assert lines[1] == "['/device:GPU:0', '/host:CPU'] host-bound True [0.02, 0.02]"
+    assert lines[2] == "['/device:GPU:0', '/host:CPU'] device-bound True [0.9, 0.9]"
+
+
+@pytest.mark.gpu
+def test_trace_step_table_on_a_real_gpu(fresh_python):
+    """On a GPU: the trace has stream lines, tiny ops are host-bound and a big matmul device-bound."""
+    out = fresh_python(
+        "import tensorflow as tf\n"
+        "from gpucourse import bottleneck, profiling\n"
+        "x = tf.ones((256,))\n"
+        "def tiny(x):\n    for _ in range(50):\n        x = x * 0.999 + 0.001\n    return tf.reduce_sum(x)\n"
+        "big = tf.random.stateless_normal((8192, 8192), seed=[1, 2])\n"
+        "heavy = tf.function(lambda x: tf.reduce_sum(tf.matmul(big, big)) + tf.reduce_sum(x))\n"
+        "for f in (tiny, heavy):\n"
+        "    with profiling.capture_trace() as cap:\n"
+        "        for i in range(4):\n"
+        "            with profiling.step_marker(i):\n"
+        "                float(f(x))\n"
+        "    events = cap.events()\n"
+        "    rows = bottleneck.trace_step_table(events, skip=1)\n"
+        "    print(any(bottleneck._is_device_stream(e) for e in events), bottleneck.classify(rows).kind)\n")
+    assert out.splitlines() == ["True host-bound", "True device-bound"]
+
+
 def test_trace_step_table_bad_input():
     with pytest.raises(ValueError, match="no step events named 'Profiled batch'.*'eval', 'train'"):
         bottleneck.trace_step_table(_trace(), step_name="Profiled batch")
@@ -178,7 +305,7 @@ def test_the_installed_profiler_says_what_the_notebook_quotes():
 
 
 def test_real_traces_on_this_cpu(fresh_python):
-    """One fresh process: the profiler's own step table and the CPU stand-in on real traces."""
+    """One fresh process: the profiler's own step table and the trace reading on real CPU traces."""
     out = fresh_python(
         "import json, tensorflow as tf\n"
         "from gpucourse import bottleneck, profiling\n"

@@ -39,6 +39,18 @@ def test_parse_trace_keeps_complete_events_with_thread_names():
     assert {e.thread for e in events if e.tid == 1} == {"python"}
     assert events[1].end_us == 1100 and events == sorted(events, key=lambda e: e.start_us)
     assert profiling.parse_trace(_trace()["traceEvents"]) == events
+    assert {e.process for e in events} == {""}  # no process_name metadata
+
+
+def test_parse_trace_names_processes():
+    trace = _trace()
+    trace["traceEvents"] += [{"ph": "M", "name": "process_name", "pid": 7, "args": {"name": "/host:CPU"}},
+                             {"ph": "M", "name": "process_name", "pid": 2, "args": {"name": "/device:GPU:0"}},
+                             {"ph": "M", "name": "thread_name", "pid": 2, "tid": 1, "args": {"name": "Stream #7"}},
+                             _ev("sgemm", 150, 10, pid=2)]
+    events = profiling.parse_trace(trace)
+    assert {(e.process, e.thread) for e in events if e.pid == 2} == {("/device:GPU:0", "Stream #7")}
+    assert {e.process for e in events if e.pid == 7} == {"/host:CPU"}
 
 
 def test_step_breakdown_splits_input_and_compute():

@@ -15,9 +15,11 @@ One job, the verdict on a step and the breakdowns it is read from:
 * :func:`profiler_step_table` reads the profiler's own step table from a
   captured trace. It has rows on a GPU; on a CPU-only machine the profiler
   finds no device steps and the table is empty.
-* :func:`trace_step_table` is the CPU stand-in, measured from a trace with the
+* :func:`trace_step_table` measures the same columns from a trace with the
   course's reader (:mod:`gpucourse.profiling`): per step, the input ranges, the
-  time TensorFlow op kernels were running (the CPU is the device) and the rest.
+  device's busy time and the rest. In a GPU trace the device time is read from
+  the GPU's own stream lines and the host's op spans are its kernel launches;
+  in a CPU trace (the CPU is the device) it is the time TensorFlow's op kernels ran.
 
 Importing this module never imports TensorFlow.
 """
@@ -34,8 +36,8 @@ from typing import Mapping, Sequence
 from . import _validate
 from .profiling import TraceEvent, _is_step, _union_us, load_trace, parse_trace
 
-__all__ = ["CATEGORIES", "GROUPS", "INPUT_BOUND_SHARE", "StepTable", "Verdict", "classify", "format_rows",
-           "group_shares", "profiler_step_table", "trace_step_table"]
+__all__ = ["CATEGORIES", "GPU_PLANE", "GROUPS", "INPUT_BOUND_SHARE", "STREAM_LINE", "StepTable", "Verdict",
+           "classify", "format_rows", "group_shares", "profiler_step_table", "trace_step_table"]
 
 #: The profiler's step-time categories: column id in the input-pipeline analyzer's step table -> (label, group).
 #: Ids and labels as ``xprof/convert/op_stats_to_input_pipeline_analysis.cc`` writes them (the unit tests check
@@ -223,7 +225,19 @@ def profiler_step_table(path: str | os.PathLike) -> StepTable:
     return _step_table(data)
 
 
-# --------------------------------------------------------------------------- the CPU stand-in, from a trace
+# --------------------------------------------------------------------------- measured from a trace
+
+#: In a GPU trace the device's own activity is on the planes (trace-viewer processes) named ``/device:GPU:<n>``
+#: (TensorFlow's XPlane naming, ``kGpuPlanePrefix``), on the lines (threads) the CUPTI collector names
+#: ``Stream #<id>`` or ``Stream #<id>(<kinds>)``, e.g. ``Stream #7(Compute)``, ``Stream #14(MemcpyH2D)``.
+#: The same planes also hold lines derived from the host's annotations ("XLA Ops", "TensorFlow Ops", "Steps"):
+#: those span whole ops from their first kernel to their last and are not read.
+GPU_PLANE = "/device:GPU:"
+STREAM_LINE = "Stream #"
+#: Copies on a stream, by event name (the collector's ``GetTraceEventTypeName``), and the column they go to;
+#: every other event on a stream (kernels, memsets) is device compute.
+_COPIES = (("MemcpyH2D", "infeedTimeMs"), ("MemcpyD2D", "deviceToDeviceTimeMs"),
+           ("MemcpyP2P", "deviceToDeviceTimeMs"), ("MemcpyD2H", "outfeedTimeMs"))
 
 
 def _events(events) -> list[TraceEvent]:
@@ -275,22 +289,62 @@ def _eager_kernels(inside: list[TraceEvent]) -> list[TraceEvent]:
     return out
 
 
+def _is_device_stream(ev: TraceEvent) -> bool:
+    """An event on one of a GPU's stream lines: a kernel or a copy as the GPU ran it."""
+    return GPU_PLANE in ev.process and ev.thread.startswith(STREAM_LINE)
+
+
+def _device_column(ev: TraceEvent) -> str:
+    for prefix, column in _COPIES:
+        if ev.name.startswith(prefix):
+            return column
+    return "deviceComputeTimeMs"
+
+
+def _claim(order) -> tuple[dict[str, float], float]:
+    """Give every moment to the first column in ``order`` ((column, spans) pairs) whose spans cover it.
+
+    Returns the µs each column got and the µs all of them cover together."""
+    taken, covered, out = [], 0.0, {}
+    for column, spans in order:
+        taken += spans
+        now = _union_us(taken)
+        out[column] = out.get(column, 0.0) + now - covered
+        covered = now
+    return out, covered
+
+
 def trace_step_table(events, step_name: str = "train",
                      input_names: Sequence[str] = ("input", "IteratorGetNextOp::DoCompute"), skip: int = 0) -> list:
-    """Per step of a trace, the profiler's step-table columns measured on this machine (times in ms).
+    """Per step of a trace, the profiler's step-table columns measured from the trace (times in ms).
 
     A step is an event named ``step_name`` with a ``step_num`` (:func:`gpucourse.profiling.step_marker`
-    writes them; Keras' TensorBoard callback names its steps ``"Profiled batch"``). Inside it, on any thread:
+    writes them; Keras' TensorBoard callback names its steps ``"Profiled batch"``). The host's events count
+    when they lie inside the step, on any thread:
 
-    * ``infeedTimeMs``: the union of the events named in ``input_names``;
-    * ``deviceComputeTimeMs``: the union of the op kernels that ran outside those input ranges: graph ops
-      (events with a ``long_name``), XLA kernels (``hlo_op``) and eager ops' kernels (their
-      ``KernelAndDeviceFunc::Run``, which includes a little of the runtime's own work); an op that holds
-      other kernels on its thread (an XLA launch) counts as its kernels only, and tf.data's own threads are
-      left out. On a CPU the CPU is the device, so this is when TensorFlow's kernels were running;
-    * ``otherTimeMs``: the rest of the step: Python, op dispatch, waiting.
+    * the **input** ranges: the events named in ``input_names``;
+    * the host's **op spans**: graph ops (events with a ``long_name``), XLA ops (``hlo_op``) and eager ops'
+      kernels (their ``KernelAndDeviceFunc::Run``, which includes a little of the runtime's own work); an
+      op that holds other ops on its thread (an XLA launch) counts as those only, and tf.data's own threads
+      are left out.
 
-    The other columns are 0: a CPU trace has no kernel launches or copies to tell apart.
+    What the op spans are depends on the trace:
+
+    * **GPU trace** (it has events on a GPU's stream lines: processes named ``/device:GPU:<n>``, threads
+      named ``Stream #<id>...``, as TensorFlow's CUPTI collector writes them and the trace viewer's
+      converter passes them on). On a GPU a host op span is the host *launching* the op's kernels, so the
+      device's time is read from the streams instead: the kernels and copies that ran during the step
+      (clipped to it; device work that runs on after the step's host range ends counts where it runs).
+      Each moment of the step goes to the first that covers it, the profiler's own priority:
+      ``deviceComputeTimeMs`` (kernels), ``deviceToDeviceTimeMs`` (``MemcpyD2D``/``P2P``),
+      ``outfeedTimeMs`` (``MemcpyD2H``), ``infeedTimeMs`` (input ranges and ``MemcpyH2D``),
+      ``kernelLaunchTimeMs`` (the host's op spans, including those of ops placed on the CPU), then
+      ``otherTimeMs``. The GPU's other lines, derived from the host's annotations ("XLA Ops",
+      "TensorFlow Ops", "Steps": each spans an op from its first kernel to its last), are not read.
+    * **CPU trace** (no GPU stream events): the CPU is the device, so the op spans are the device's time.
+      ``infeedTimeMs`` is the union of the input ranges; ``deviceComputeTimeMs`` the op spans outside them
+      (kernels that run inside an input range are the input's own work); ``otherTimeMs`` the rest:
+      Python, op dispatch, waiting. The other columns are 0: a CPU trace has no launches or copies.
     """
     _validate.text("step_name", step_name)
     if isinstance(input_names, str) or not input_names or not all(isinstance(n, str) for n in input_names):
@@ -303,16 +357,27 @@ def trace_step_table(events, step_name: str = "train",
         raise ValueError(f"no step events named {step_name!r} in the trace"
                          + (f" (step names found: {names})" if names else "")
                          + ": wrap each step in profiling.step_marker(i), or pass the name your steps have")
-    by_start = sorted(events, key=lambda e: e.start_us)
+    device = [e for e in events if _is_device_stream(e)]
+    host = sorted((e for e in events if GPU_PLANE not in e.process), key=lambda e: e.start_us)
     rows = []
     for st in steps[skip:]:
-        inside = [e for e in by_start if st.start_us <= e.start_us and e.end_us <= st.end_us and e is not st]
+        inside = [e for e in host if st.start_us <= e.start_us and e.end_us <= st.end_us and e is not st]
         inp = [(e.start_us, e.end_us) for e in inside if e.name in input_names]
-        kernels = _leaves([e for e in inside if _is_kernel(e)] + _eager_kernels(inside))
-        input_us, busy_us = _union_us(inp), _union_us(inp + kernels)
+        ops = _leaves([e for e in inside if _is_kernel(e)] + _eager_kernels(inside))
+        if device:
+            on_device = {"deviceComputeTimeMs": [], "deviceToDeviceTimeMs": [], "outfeedTimeMs": [], "infeedTimeMs": []}
+            for e in device:
+                start, end = max(e.start_us, st.start_us), min(e.end_us, st.end_us)
+                if start < end:
+                    on_device[_device_column(e)].append((start, end))
+            order = [(c, on_device[c]) for c in ("deviceComputeTimeMs", "deviceToDeviceTimeMs", "outfeedTimeMs")]
+            order += [("infeedTimeMs", inp + on_device["infeedTimeMs"]), ("kernelLaunchTimeMs", ops)]
+        else:
+            order = [("infeedTimeMs", inp), ("deviceComputeTimeMs", ops)]
+        claimed, covered_us = _claim(order)
         row = dict.fromkeys(CATEGORIES, 0.0)
-        row.update({"stepnum": str(st.args["step_num"]), STEP_TIME: st.dur_us / 1e3, "infeedTimeMs": input_us / 1e3,
-                    "deviceComputeTimeMs": (busy_us - input_us) / 1e3,
-                    "otherTimeMs": max(0.0, st.dur_us - busy_us) / 1e3})
+        row.update({column: us / 1e3 for column, us in claimed.items()})
+        row.update({"stepnum": str(st.args["step_num"]), STEP_TIME: st.dur_us / 1e3,
+                    "otherTimeMs": max(0.0, st.dur_us - covered_us) / 1e3})
         rows.append(row)
     return rows

@@ -155,7 +155,11 @@ def run_traced_steps(dataset: Iterable, step_fn: Callable, steps: int, step_name
 
 @dataclass(frozen=True)
 class TraceEvent:
-    """One complete event of a trace: a named range on one thread. Times in microseconds."""
+    """One complete event of a trace: a named range on one thread. Times in microseconds.
+
+    ``thread`` and ``process`` are the names the trace gives the line and the plane the event is on, e.g.
+    ``"python"`` on ``"/host:CPU"``, or ``"Stream #7(Compute)"`` on ``"/device:GPU:0"`` in a GPU trace.
+    """
 
     name: str
     start_us: float
@@ -164,6 +168,7 @@ class TraceEvent:
     tid: int = 0
     thread: str = ""
     args: dict = field(default_factory=dict, compare=False, hash=False)
+    process: str = ""
 
     @property
     def end_us(self) -> float:
@@ -192,13 +197,15 @@ def parse_trace(trace) -> list[TraceEvent]:
     """Turn trace-viewer JSON into :class:`TraceEvent` objects, sorted by start time.
 
     Only complete events (``"ph": "X"``, with ``ts`` and ``dur`` in µs) are
-    kept; thread names come from the ``thread_name`` metadata events.
+    kept; thread and process names come from the ``thread_name`` and ``process_name`` metadata events.
     """
     raw = _trace_dict(trace)
-    threads = {}
+    threads, processes = {}, {}
     for ev in raw:
         if isinstance(ev, Mapping) and ev.get("ph") == "M" and ev.get("name") == "thread_name":
             threads[(ev.get("pid"), ev.get("tid"))] = str((ev.get("args") or {}).get("name", ""))
+        elif isinstance(ev, Mapping) and ev.get("ph") == "M" and ev.get("name") == "process_name":
+            processes[ev.get("pid")] = str((ev.get("args") or {}).get("name", ""))
     out = []
     for ev in raw:
         if not isinstance(ev, Mapping) or ev.get("ph") != "X":
@@ -207,7 +214,8 @@ def parse_trace(trace) -> list[TraceEvent]:
             raise ValueError(f"complete event without numeric ts/dur: {dict(ev)!r}")
         key = (ev.get("pid", 0), ev.get("tid", 0))
         out.append(TraceEvent(str(ev.get("name", "")), float(ev["ts"]), float(ev["dur"]), key[0] or 0,
-                              key[1] or 0, threads.get(key, ""), dict(ev.get("args") or {})))
+                              key[1] or 0, threads.get(key, ""), dict(ev.get("args") or {}),
+                              processes.get(key[0], "")))
     out.sort(key=lambda e: (e.start_us, -e.dur_us))
     return out
 
