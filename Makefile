@@ -1,8 +1,9 @@
 # Two commands a learner or CI needs (see README):
 #   make lab    create the environment if needed, then open the course in JupyterLab
 #   make test   create the environment if needed, then run every test
-# Everything else here is plumbing for those two, plus `make site` (the course website) and
-# `make test-colab` (the notebooks on Colab's older TensorFlow/Keras/ipywidgets), both run by CI.
+# Everything else here is plumbing for those two, plus what CI also runs: `make site` (the course website),
+# `make test-colab` (the notebooks on Colab's older TensorFlow/Keras/ipywidgets) and `make test-cpu-paths`
+# (the tutorials' checked outputs on other CPU code paths); and `make test-gpu`, the check for a GPU machine.
 
 PYTHON   ?= python3
 VENV     ?= .venv
@@ -30,12 +31,14 @@ export TF_CPP_MIN_LOG_LEVEL ?= 2
 export TF_ENABLE_ONEDNN_OPTS ?= 1
 export PYTHONDONTWRITEBYTECODE = 1
 
-.PHONY: lab test test-colab site env colab-env system-deps labs benchmark grade clean help
+.PHONY: lab test test-colab test-cpu-paths test-gpu gpu-env site env colab-env system-deps labs benchmark grade clean help
 
 help:
 	@echo "make lab        open the course in JupyterLab (creates .venv on first use)"
 	@echo "make test       run every test: helpers, notebooks, labs, solutions, grader, browser, website"
 	@echo "make test-colab the notebooks, labs and solutions on Colab's TensorFlow/Keras/ipywidgets (.venv-colab)"
+	@echo "make test-cpu-paths  the tutorials' checked outputs again on other CPU code paths (oneDNN AVX2, OpenBLAS Haswell, oneDNN off)"
+	@echo "make test-gpu   on a machine with an NVIDIA GPU: every notebook with the GPU required, then gpu-report.md"
 	@echo "make site       build the course website into $(SITE_OUT)/ from the stored outputs"
 	@echo "make labs       regenerate labs/ from solutions/"
 	@echo "make benchmark  print the tf.data / XLA / capstone ratio table"
@@ -94,6 +97,37 @@ test-colab: colab-env
 	$(COLAB_PY) .ci/colab_setup.py
 	GPUCOURSE_COLAB_STACK=1 PYDEVD_DISABLE_FILE_VALIDATION=1 $(COLAB_PY) -m pytest -n $(JOBS) --dist loadfile -p no:cacheprovider $(COLAB_TESTS)
 
+# Checked outputs (# NBVAL_CHECK_OUTPUT) must be the same on every CPU: CPUs differ in their kernels (oneDNN,
+# OpenBLAS and Eigen pick code by instruction set), so the tutorials run again under nbval with other code paths:
+# oneDNN limited to AVX2 with OpenBLAS on its Haswell kernels, then oneDNN off. Any difference fails.
+CPU_PATHS ?= ONEDNN_MAX_CPU_ISA=AVX2+OPENBLAS_CORETYPE=Haswell TF_ENABLE_ONEDNN_OPTS=0
+test-cpu-paths: env
+	@set -e; for path in $(CPU_PATHS); do \
+	  echo "== the tutorials' checked outputs with $$path"; \
+	  env $$(echo $$path | tr '+' ' ') $(PY) -m pytest -n $(JOBS) --dist loadfile -p no:cacheprovider -q notebooks; \
+	done
+
+# The GPU check (README, "Checking a GPU"): without an NVIDIA GPU it stops at once, before installing anything;
+# otherwise .venv-gpu with tensorflow[and-cuda], every tutorial, lab and solution with the GPU required (a
+# notebook that falls back to the CPU fails), the GPU-only tests, the measurements, and gpu-report.md.
+GPU_VENV  ?= .venv-gpu
+GPU_PY    := $(GPU_VENV)/bin/python
+GPU_STAMP := $(GPU_VENV)/.installed
+GPU_REPORT ?= gpu-report.md
+
+test-gpu:
+	@$(PYTHON) -m utils.gpureport preflight
+	@$(MAKE) --no-print-directory gpu-env
+	$(GPU_PY) -m gpucourse.gpureport run --report $(GPU_REPORT) --jobs $(JOBS)
+
+gpu-env: $(GPU_STAMP)
+
+$(GPU_STAMP): pyproject.toml
+	@test -x $(GPU_PY) || $(PYTHON) -m venv $(GPU_VENV)
+	$(GPU_PY) -m pip install --quiet --upgrade pip
+	$(GPU_PY) -m pip install --quiet -e ".[gpu,dev]"
+	@touch $@
+
 labs: env
 	$(PY) -m gpucourse.labgen
 
@@ -104,4 +138,4 @@ grade: env
 	$(PY) -m gpucourse.grading.cli $(SUBMISSION)
 
 clean:
-	rm -rf $(VENV) $(COLAB_VENV) .pytest_cache grading-output _build
+	rm -rf $(VENV) $(COLAB_VENV) $(GPU_VENV) .pytest_cache grading-output _build gpu-test-output

@@ -20,11 +20,23 @@ def test_cpu_and_gpu_jobs_run_the_same_suite():
     jobs = _workflow()["jobs"]
     assert set(jobs) == {"cpu", "gpu", "pages"}
     runs = {name: [s["run"] for s in job["steps"] if "run" in s] for name, job in jobs.items()}
-    assert runs["cpu"][:3] == ["make test", "make test-colab", "make site"], runs["cpu"]
+    assert runs["cpu"][:4] == ["make test", "make test-cpu-paths", "make test-colab", "make site"], runs["cpu"]
     assert any(r.startswith("make test TF=gpu") for r in runs["gpu"]), "GPU job must use the GPU wheel"
     labels = jobs["gpu"]["runs-on"]
     assert "self-hosted" in labels and "gpu" in labels
     assert jobs["gpu"]["env"]["GPUCOURSE_REQUIRE_GPU"] == "1"
+
+
+def test_ci_reruns_the_checked_outputs_on_other_cpu_code_paths():
+    """A checked output that holds only on the CPU that stored it fails CI, not a learner's `make test`."""
+    make = (ROOT / "Makefile").read_text()
+    paths = re.search(r"^CPU_PATHS \?= (.+)$", make, flags=re.M).group(1).split()
+    assert paths == ["ONEDNN_MAX_CPU_ISA=AVX2+OPENBLAS_CORETYPE=Haswell", "TF_ENABLE_ONEDNN_OPTS=0"]
+    recipe = make.split("test-cpu-paths: env", 1)[1].split("\n\n", 1)[0]
+    assert "pytest" in recipe and "notebooks" in recipe and "set -e" in recipe
+    run = (ROOT / ".ci" / "run").read_text().splitlines()
+    commands = [ln for ln in run if ln.startswith("make ")]
+    assert commands == ["make test", "make test-cpu-paths", "make test-colab"], commands
 
 
 def test_gpu_extra_exists_in_makefile():

@@ -29,6 +29,7 @@ helpers; each is ``gpucourse.<name>``, imported on first use:
 ``profiling``          08 trace capture and reading, step breakdowns, capstone benchmark
 ``bottleneck``         08 what limits a step (input, host or device) from its time breakdown
 ``monitor``            08 live utilisation monitor (NVML/CPU) and the utilisation explorer
+``roofline``           09 the roofline's compute roof: achievable matmul FLOP/s per dtype vs the data sheet
 ``explore``            interactive explorers (widgets, with a static fallback)
 ``timing``             warm-up + repeats + medians, ratio tables
 ``logcapture``         capture C-level log output (TensorFlow's C++ logs)
@@ -41,7 +42,8 @@ helpers; each is ``gpucourse.<name>``, imported on first use:
 Command-line tools, run as ``python -m gpucourse.<name>`` (not attributes of
 the package): ``labgen`` generates ``labs/`` from ``solutions/``,
 ``authoring`` builds and executes notebooks from percent-format source,
-``benchmark`` prints the tf.data / XLA / capstone ratio table. Private
+``benchmark`` prints the tf.data / XLA / capstone ratio table, ``gpureport``
+runs the whole course on an NVIDIA GPU and writes ``gpu-report.md`` (``make test-gpu``). Private
 plumbing (``_validate``: one argument-checking policy; ``_tf``: the one lazy
 TensorFlow import; ``_probe``: fresh-process probes; ``_simparts``) is not
 part of the public interface.
@@ -80,6 +82,7 @@ _SUBMODULES = (
     "precision_hardware",
     "precision_scaling",
     "profiling",
+    "roofline",
     "scaling",
     "simulate",
     "startup",

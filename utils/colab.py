@@ -26,7 +26,7 @@ import warnings
 # imported directly below, inside functions, which keeps them as lazy as gpucourse._tf does.
 
 __all__ = ["REPO", "BRANCH", "SETUP_CELL", "TESTED", "badge", "colab_url", "kaggle_url", "check_versions",
-           "in_colab", "in_kaggle", "platform", "setup", "version_problems"]
+           "in_colab", "in_kaggle", "platform", "require_gpu_if_asked", "setup", "version_problems"]
 
 #: Packages the setup cell installs *with* their dependencies: none of them may pull in TensorFlow,
 #: Keras or ipywidgets (tests/test_notebook_structure.py checks their metadata). The same pip command
@@ -124,6 +124,25 @@ def setup() -> None:
     allow_gpu_memory_growth()
     os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
     check_versions()
+    require_gpu_if_asked()
+
+
+def require_gpu_if_asked() -> None:
+    """With ``GPUCOURSE_REQUIRE_GPU=1`` (``make test-gpu``, the GPU CI job), fail unless TensorFlow sees a GPU.
+
+    Every notebook takes its CPU path when no GPU is visible, which is right for a learner but would let
+    a GPU test pass without ever touching the GPU (a CPU-only TensorFlow, a CUDA library that failed
+    to load). Listing the physical GPUs does not start TensorFlow's runtime, so the notebook can still
+    configure its devices afterwards.
+    """
+    if os.environ.get("GPUCOURSE_REQUIRE_GPU") != "1":
+        return
+    import tensorflow as tf
+
+    if not tf.config.list_physical_devices("GPU"):
+        raise RuntimeError("GPUCOURSE_REQUIRE_GPU=1 but TensorFlow sees no GPU, so this notebook would silently "
+                           "run on the CPU. Check `nvidia-smi` and that TensorFlow is the CUDA build "
+                           "(pip install 'tensorflow[and-cuda]'), or unset GPUCOURSE_REQUIRE_GPU.")
 
 
 def _v(text: str) -> tuple[int, ...]:
