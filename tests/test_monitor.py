@@ -227,3 +227,65 @@ def test_sm_share_counts_sm_time_not_any_kernel():
 def test_sm_share_bad_input(args, exc, match):
     with pytest.raises(exc, match=match):
         monitor.sm_share(*args)
+
+
+def _fake_nvidia_smi(tmp_path, script):
+    """A folder holding an executable `nvidia-smi` shell script, to put on PATH."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    exe = folder / "nvidia-smi"
+    exe.write_text("#!/bin/sh\n" + script)
+    exe.chmod(0o755)
+    return str(folder)
+
+
+def test_nvidia_smi_missing_says_what_it_means(tmp_path, monkeypatch):
+    import subprocess
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # a PATH without nvidia-smi: every CPU-only machine
+    with pytest.raises(FileNotFoundError, match="No such file or directory"):
+        subprocess.run(["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv"])  # the snippet: no hint
+    with pytest.raises(FileNotFoundError) as err:
+        monitor.read_nvidia_smi_utilisation()
+    msg = str(err.value)
+    assert "nvidia-smi is not on this machine's PATH" in msg and "NVIDIA driver" in msg
+    assert "Change runtime type" in msg and "UtilisationMonitor()" in msg
+
+
+def test_nvidia_smi_readings_are_parsed(tmp_path, monkeypatch):
+    folder = _fake_nvidia_smi(tmp_path, 'test "$1" = "--query-gpu=index,utilization.gpu" || exit 3\n'
+                                        'printf "0, 45\\n1, [N/A]\\n\\n2, 100\\n"\n')
+    monkeypatch.setenv("PATH", folder)
+    assert monitor.read_nvidia_smi_utilisation() == {0: 45.0, 1: None, 2: 100.0}
+
+
+def test_nvidia_smi_failures_are_explained(tmp_path, monkeypatch):
+    import subprocess
+
+    folder = _fake_nvidia_smi(tmp_path, 'echo "NVIDIA-SMI has failed because it couldn\'t communicate with the '
+                                        'NVIDIA driver."\nexit 9\n')
+    monkeypatch.setenv("PATH", folder)
+    with pytest.raises(RuntimeError, match=r"installed but failed \(exit 9\).*couldn't communicate"):
+        monitor.read_nvidia_smi_utilisation()
+
+    def hang(*args, timeout=None, **kwargs):
+        raise subprocess.TimeoutExpired(args[0], timeout)
+
+    monkeypatch.setattr(monitor.subprocess, "run", hang)
+    with pytest.raises(RuntimeError, match="did not answer within timeout_s=2 s"):
+        monitor.read_nvidia_smi_utilisation(timeout_s=2)
+    monkeypatch.setattr(monitor.subprocess, "run",
+                        lambda *a, **k: subprocess.CompletedProcess(a[0], 0, "GPU 0: Tesla T4\n", ""))
+    with pytest.raises(RuntimeError, match="unexpected line from nvidia-smi: 'GPU 0: Tesla T4'"):
+        monitor.read_nvidia_smi_utilisation()
+    with pytest.raises(ValueError, match="timeout_s"):
+        monitor.read_nvidia_smi_utilisation(timeout_s=0)
+
+
+@pytest.mark.gpu
+def test_nvidia_smi_reads_every_gpu():
+    from gpucourse.devices import nvml_gpus
+
+    readings = monitor.read_nvidia_smi_utilisation()
+    assert sorted(readings) == sorted(g.index for g in nvml_gpus())
+    assert all(v is None or 0 <= v <= 100 for v in readings.values())

@@ -7,6 +7,9 @@ One job, reading utilisation and showing it:
   to text (with a :func:`sparkline`) without ipywidgets. :func:`default_sources`
   picks NVML for each NVIDIA GPU, else the CPU load; :func:`device_source`
   turns a :class:`gpucourse.simulate.Device` into a source.
+* :func:`read_nvidia_smi_utilisation` asks ``nvidia-smi`` the same number, the
+  way scripts in circulation do (``subprocess.run(["nvidia-smi", ...])``), and
+  says clearly that a machine without ``nvidia-smi`` has no NVIDIA driver.
 * What the numbers mean: NVML's reading (``nvidia-smi``'s GPU-Util) is the
   share of time *any* kernel ran; :func:`sm_share` is the other reading, the
   share of the GPU's SM-time kernels kept busy; :func:`gpu_numbering_note` says
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import os
 import statistics
+import subprocess
 import threading
 import time
 from typing import Callable, Mapping, Sequence
@@ -31,8 +35,8 @@ from . import _validate
 from .explore import Explorer, View, checkbox, slider
 from .simulate import AUGMENT_S, LOAD_S, STEP_S, STEPS, Device, Pipeline
 
-__all__ = ["UtilisationMonitor", "default_sources", "device_source", "gpu_numbering_note", "sm_share", "sparkline",
-           "utilisation_explorer", "utilisation_view"]
+__all__ = ["NVIDIA_SMI_QUERY", "UtilisationMonitor", "default_sources", "device_source", "gpu_numbering_note",
+           "read_nvidia_smi_utilisation", "sm_share", "sparkline", "utilisation_explorer", "utilisation_view"]
 
 _SPARK = "▁▂▃▄▅▆▇█"
 
@@ -108,6 +112,56 @@ def default_sources() -> dict[str, Callable[[], float]]:
         except ImportError:
             pass
     return sources
+
+
+#: The query: one line per GPU, e.g. ``0, 45`` (``[N/A]`` where the driver has no reading, e.g. on a MIG slice).
+NVIDIA_SMI_QUERY = ("nvidia-smi", "--query-gpu=index,utilization.gpu", "--format=csv,noheader,nounits")
+
+
+def read_nvidia_smi_utilisation(timeout_s: float = 10.0) -> dict[int, float | None]:
+    """Each GPU's utilisation in % as ``nvidia-smi`` reports it, ``{index: percent}`` (``None``: no reading).
+
+    Runs :data:`NVIDIA_SMI_QUERY`. The number is NVML's GPU-Util (the share of the last sample period in which
+    any kernel ran), in NVML's PCI-bus numbering (see :func:`gpu_numbering_note`).
+
+    Raises:
+        FileNotFoundError: ``nvidia-smi`` is not on the PATH. It comes with the NVIDIA driver, so the machine
+            has no NVIDIA GPU set up (a laptop, or a CPU runtime on Colab or Kaggle). A bare
+            ``subprocess.run(["nvidia-smi", ...])`` raises the same error with only "No such file or
+            directory"; this message says what it means and what to use instead.
+        RuntimeError: ``nvidia-smi`` ran but failed (a driver that is installed but not loaded, a timeout),
+            with its own output.
+    """
+    timeout_s = _validate.seconds("timeout_s", timeout_s, allow_zero=False)
+    try:
+        proc = subprocess.run(NVIDIA_SMI_QUERY, capture_output=True, text=True, timeout=timeout_s)
+    except FileNotFoundError:
+        raise FileNotFoundError(
+            "nvidia-smi is not on this machine's PATH, so there is no GPU utilisation to read: nvidia-smi comes "
+            "with the NVIDIA driver, and a machine without it (a laptop, a CPU runtime on Colab or Kaggle) has "
+            "no NVIDIA GPU that TensorFlow could use either. On Colab choose Runtime > Change runtime type > a "
+            "GPU; to watch this machine anyway, use monitor.UtilisationMonitor(), which reads the CPU load "
+            "when there is no GPU.") from None
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"nvidia-smi did not answer within timeout_s={timeout_s:g} s: the driver may be "
+                           "busy or hung; try it in a terminal, or pass a longer timeout_s") from None
+    output = (proc.stdout + proc.stderr).strip()
+    if proc.returncode != 0:
+        raise RuntimeError(f"nvidia-smi is installed but failed (exit {proc.returncode}): {output[:500]!r}. "
+                           "The NVIDIA driver is installed but not working (not loaded, or a version mismatch "
+                           "after an update: a reboot usually helps); TensorFlow will not see the GPU either")
+    readings = {}
+    for line in proc.stdout.splitlines():
+        if not line.strip():
+            continue
+        parts = [p.strip() for p in line.split(",")]
+        try:
+            index = int(parts[0])
+            value = None if parts[1].startswith("[") else float(parts[1])  # "[N/A]", "[Not Supported]"
+        except (IndexError, ValueError):
+            raise RuntimeError(f"unexpected line from nvidia-smi: {line!r} (expected 'index, percent')") from None
+        readings[index] = value
+    return readings
 
 
 def gpu_numbering_note(gpu_count: int, environ: Mapping[str, str] | None = None) -> str:
