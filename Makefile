@@ -11,6 +11,7 @@ PY       := $(VENV)/bin/python
 # `cpu` installs tensorflow-cpu; on a machine with an NVIDIA GPU use `make lab TF=gpu`.
 TF       ?= cpu
 STAMP    := $(VENV)/.installed-$(TF)
+LAB_STAMP := $(VENV)/.installed-lab-$(TF)
 PORT     ?= 8888
 JOBS     ?= 2
 PYTEST_ARGS ?=
@@ -31,7 +32,7 @@ export TF_CPP_MIN_LOG_LEVEL ?= 2
 export TF_ENABLE_ONEDNN_OPTS ?= 1
 export PYTHONDONTWRITEBYTECODE = 1
 
-.PHONY: lab test test-colab test-cpu-paths test-gpu gpu-env site env colab-env system-deps labs benchmark grade clean help
+.PHONY: lab lab-env lab-settings test test-colab test-cpu-paths test-gpu gpu-env site env colab-env system-deps labs benchmark grade clean help
 
 help:
 	@echo "make lab        open the course in JupyterLab (creates .venv on first use)"
@@ -46,11 +47,30 @@ help:
 
 env: $(STAMP)
 
+# Everything `make test` needs: the runtime, JupyterLab, the test tools and the website's.
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[$(TF),dev,site]"
+	$(PY) -m pip install --quiet -e ".[$(TF),lab,dev,site]"
+	@$(MAKE) --no-print-directory lab-settings
+	@touch $@ $(LAB_STAMP)
+
+# What a learner needs for `make lab`: the course's runtime and JupyterLab (no test or website tools).
+lab-env: $(LAB_STAMP)
+
+$(LAB_STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[$(TF),lab]"
+	@$(MAKE) --no-print-directory lab-settings
 	@touch $@
+
+# JupyterLab's defaults for this course: no "Jupyter news?" prompt and no update check (both would
+# contact a website), written as the environment's settings overrides.
+LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings/overrides.json
+lab-settings:
+	@mkdir -p $(dir $(LAB_SETTINGS))
+	@printf '%s\n' '{"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": false}}' > $(LAB_SETTINGS)
 
 # Debian packages the browser test needs (Chromium; no browser is downloaded).
 # Installs only when missing and when we may (root); otherwise the browser
@@ -70,8 +90,11 @@ system-deps:
 # JupyterLab refuses to start as root (containers, cloud VMs) unless told it may.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-lab: env
-	$(VENV)/bin/jupyter lab --port=$(PORT) --ServerApp.root_dir=. $(ROOT_FLAG) notebooks/01_device_detection.ipynb
+# The URL JupyterLab prints opens notebook 01 itself (not the Launcher).
+FIRST_NOTEBOOK := notebooks/01_device_detection.ipynb
+lab: lab-env
+	$(VENV)/bin/jupyter lab --port=$(PORT) --ServerApp.root_dir=. $(ROOT_FLAG) \
+	  --LabApp.default_url=/lab/tree/$(FIRST_NOTEBOOK) $(FIRST_NOTEBOOK)
 
 test: env system-deps
 	$(PY) -m pytest -n $(JOBS) --dist loadfile $(PYTEST_ARGS)

@@ -76,6 +76,18 @@ def test_readme_links_every_notebook_and_links_resolve():
         assert (ROOT / target).exists(), f"README links to missing {target}"
 
 
+def test_the_instructors_guide_is_linked_and_its_links_resolve():
+    readme = (ROOT / "README.md").read_text()
+    assert "](docs/instructors.md)" in readme, "the learners' README must link the instructors' guide"
+    guide = ROOT / "docs" / "instructors.md"
+    text = guide.read_text()
+    for heading in ("## Grading submissions", "## What a submission that cheats gets", "## Hidden tests",
+                    "## Gradescope", "## LMS gradebook", "## Writing and changing the course"):
+        assert heading in text, f"docs/instructors.md lacks {heading!r}"
+    for target in re.findall(r"\]\(((?!https?://)[^)#]+)\)", text):
+        assert (guide.parent / target).resolve().exists(), f"docs/instructors.md links to missing {target}"
+
+
 def _run_setup_cell(monkeypatch, in_colab: bool, in_kaggle: bool = False):
     """Execute SETUP_CELL as IPython would, recording %pip calls instead of running them."""
     from IPython.core.inputtransformer2 import TransformerManager

@@ -58,12 +58,46 @@ def test_readme_commands_exist_and_ci_uses_them(root):
     for target in ("lab", "test", "site", "test-colab"):
         assert re.search(rf"^{target}:", make, re.M), f"the Makefile has no {target} target"
     ci = [line.strip() for line in (root / ".ci" / "run").read_text().splitlines() if line.strip().startswith("make")]
-    assert ci[:2] == ["make test", "make test-colab"], f".ci/run must run make test, then make test-colab: {ci}"
+    assert ci == ["make test", "make test-cpu-paths", "make test-colab"], \
+        f".ci/run must run make test, then make test-cpu-paths, then make test-colab: {ci}"
     assert "-n $(JOBS) --dist loadfile" in make
     assert "--allow-root" in make, "make lab must work as root (containers) too"
     addopts = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["addopts"]
     for opt in ("--nbval-lax", "--nbval-current-env", "--nbval-sanitize-with", "tests.nbval_hooks"):
         assert opt in addopts
+
+
+def test_make_lab_installs_the_runtime_only_and_opens_notebook_01_without_the_news_prompt(root, tmp_path):
+    """What a learner gets: `.[cpu,lab]` (no test or website tools), notebook 01 at the printed URL, no news."""
+    import json
+    import signal
+    import socket
+    import subprocess
+    import time
+
+    make = (root / "Makefile").read_text()
+    lab_install = re.search(r"^\$\(LAB_STAMP\):.*?(?=^\S)", make, flags=re.M | re.S).group(0)
+    assert '-e ".[$(TF),lab]"' in lab_install and "dev" not in lab_install and "site" not in lab_install
+    extras = tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert [d.split(">")[0] for d in extras["lab"]] == ["jupyterlab"]
+    overrides = json.loads((root / ".venv" / "share" / "jupyter" / "lab" / "settings" / "overrides.json").read_text())
+    assert overrides["@jupyterlab/apputils-extension:notification"] == {"fetchNews": "false", "checkForUpdates": False}
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "BROWSER": "true", "JUPYTER_RUNTIME_DIR": str(tmp_path)}  # `true`: open no browser
+    proc = subprocess.Popen(["make", "--no-print-directory", "lab", f"PORT={port}"], cwd=root, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        deadline, seen = time.monotonic() + 60, ""
+        while time.monotonic() < deadline and "?token=" not in seen:
+            seen += proc.stdout.readline()
+        url = re.search(r"http://\S+\?token=\S+", seen)
+        assert url, f"make lab printed no URL within 60 s:\n{seen[-2000:]}"
+        assert f":{port}/lab/tree/notebooks/01_device_detection.ipynb?token=" in url.group(0)
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
 
 
 # ------------------------------------------------------------------------------------ Colab's stack
