@@ -155,11 +155,16 @@ def test_probes_measure_what_is_too_late_and_the_switch_off_trap(monkeypatch):
         "physical": "tf.config.list_physical_devices()",
         "logical": "tf.config.list_logical_devices()",
     })
-    got = {p.label: (p.flag, p.runtime_started, p.logged) for p in probes}
-    assert got["physical"] == (True, False, True)
-    assert got["logical"] == (True, True, False)  # the flag claims True, yet nothing is logged
-    # set_log_device_placement(False) after the first op: the log goes on, soft placement goes off unseen
-    assert (off.log_flag, off.still_logging, off.soft_flag, off.effective_soft) == (False, True, True, False)
+    got = {p.label: (p.flag, p.runtime_started, p.logged, p.config_flag, p.function_logged) for p in probes}
+    assert got["physical"] == (True, False, True, True, True)
+    # the flag claims True, and so does the ConfigProto new tf.functions get, yet nothing is logged:
+    # neither the eager op nor the nodes of a tf.function traced after the late call
+    assert got["logical"] == (True, True, False, True, False)
+    # set_log_device_placement(False) after the first op: the log goes on, for eager ops and for newly
+    # traced tf.functions (placer lines and call lines), and soft placement goes off unseen
+    assert (off.log_flag, off.config_flag, off.still_logging, off.function_placed, off.function_called) == (
+        False, False, True, True, True)
+    assert (off.soft_flag, off.effective_soft) == (True, False)
     assert off.device == "/GPU:0" and "enable_soft_placement=0" in off.error and off.repaired
     assert "soft placement really on" in off.to_text()
     monkeypatch.setattr(sys, "executable", "false")  # a probe process that fails at once
