@@ -19,32 +19,31 @@ def test_kernel_env_is_the_setup_cells_environment_without_user_site(monkeypatch
     assert env["TF_ENABLE_ONEDNN_OPTS"] == "1" and env["EXTRA"] == "1" and "PYTEST_CURRENT_TEST" not in env
 
 
-def _gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
+def _sleepers(marker: str) -> list:
+    """Processes still running ``sleep <marker>`` (zombies aside)."""
+    out = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        if proc.info["cmdline"] == ["sleep", marker] and proc.info["status"] != psutil.STATUS_ZOMBIE:
+            out.append(proc.pid)
+    return out
 
 
-def test_errors_are_recorded_later_cells_still_run_and_children_are_killed(tmp_path):
-    pid_file, after = tmp_path / "pid", tmp_path / "after"
+def test_errors_are_recorded_later_cells_still_run_and_children_are_killed():
+    marker = f"300.{os.getpid()}1"  # a command line no other process has
     cells = [Cell("grader setup", "import os\nassert os.environ['GPUCOURSE_GRADING'] == '1'"),
              Cell("cell 2", "raise ValueError('boom')", submission=True),
-             Cell("cell 3", "import subprocess\np = subprocess.Popen(['sleep', '300'], start_new_session=True)\n"
-                            f"open({str(pid_file)!r}, 'w').write(str(p.pid))", submission=True),
-             Cell("grader checks", f"open({str(after)!r}, 'w').write(os.getcwd())\n1 / 0")]
+             Cell("cell 3", f"import subprocess\np = subprocess.Popen(['sleep', {marker!r}], start_new_session=True)",
+                  submission=True),
+             Cell("grader checks", "raise ZeroDivisionError(os.getcwd())")]
     run = run_cells(cells, timeout=120)
     assert run.status == "ok", run.reason
     assert run.cell_errors == [{"cell": "2", "ename": "ValueError", "evalue": "boom"}]
-    assert run.errors == {"grader checks": "ZeroDivisionError: division by zero"}
+    assert run.errors["grader checks"].startswith("ZeroDivisionError: ")
     assert {"kernel start", "grader setup", "submission", "grader checks"} <= set(run.timings)
-    workdir = after.read_text()
+    workdir = run.errors["grader checks"].split(": ", 1)[1]
     assert not os.path.exists(workdir), "the kernel's fresh folder is removed"
-    pid = int(pid_file.read_text())
-    deadline = time.monotonic() + 10
-    while not _gone(pid) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert _gone(pid), "a process the submission started in a new session outlived the kernel"
+    assert not _sleepers(marker), "a process the submission started in a new session outlived the kernel"
+    assert any(f"sleep {marker}" in p for p in run.left_running), run.left_running
 
 
 def test_the_time_limit_stops_an_endless_loop():

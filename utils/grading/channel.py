@@ -70,6 +70,11 @@ class Channel:
         self._thread = threading.Thread(target=self._serve, name="gpucourse-channel", daemon=True)
         self._conn = None
 
+    @property
+    def folder(self) -> str:
+        """The private folder of the socket (the sandboxed kernel must reach it)."""
+        return self._dir
+
     def start(self) -> "Channel":
         self._thread.start()
         return self

@@ -4,10 +4,12 @@
     gpucourse-grade submissions/ --lab 01 --extra-tests hidden_lab01.py --jobs 2 --out gradebook-lab01/
     gpucourse-grade gradescope --lab 01 --extra-tests hidden_lab01.py --out lab01-autograder.zip
     gpucourse-grade lms gradebook-lab01/ gradebook-lab02/ --roster canvas-export.csv --out canvas.csv
+    gpucourse-grade verify gradebook-lab01/
 
 A folder holds either ``<learner>.ipynb`` files or ``<learner>/`` sub-folders with the notebook
 inside. For a folder the grader writes ``gradebook.csv``, ``gradebook.json``, ``canvas.csv``,
-``feedback/<learner>.txt`` and ``reports/<learner>.json`` into ``--out``. Running it again
+``feedback/<learner>.txt`` and ``reports/<learner>.json`` into ``--out``, then, last,
+``MANIFEST.json`` with their digests (``verify`` names any file changed since). Running it again
 overwrites the same files with the same results. A crashing, hanging, malformed or empty submission
 is recorded with its reason and never stops the batch.
 """
@@ -24,6 +26,7 @@ from pathlib import Path
 from .gradebook import canvas_csv, read_gradebook, write_canvas, write_gradebook
 from .report import GradeReport
 from .runner import DEFAULT_TIMEOUT_S, grade_notebook, lab_of
+from .seal import MANIFEST, seal, verify
 
 __all__ = ["discover", "grade_batch", "main"]
 
@@ -57,11 +60,12 @@ def discover(folder: Path, lab: str | None = None) -> list[tuple[str, Path | Non
 
 
 def _grade_one(args) -> dict:
-    learner, nb, problem, lab, extra, timeout = args
+    learner, nb, problem, lab, extra, timeout, conceal = args
     if nb is None:
         return GradeReport(submission="", lab=lab, status="empty", reason=problem, learner=learner).to_dict()
     try:
-        return grade_notebook(nb, lab=lab, extra_tests=extra, timeout=timeout, learner=learner).to_dict()
+        return grade_notebook(nb, lab=lab, extra_tests=extra, timeout=timeout, learner=learner,
+                              conceal=conceal).to_dict()
     except Exception as exc:  # never lose the batch to one submission
         return GradeReport(str(nb), lab, "error", f"grader failed: {type(exc).__name__}: {exc}",
                            learner=learner).to_dict()
@@ -78,7 +82,11 @@ def grade_batch(folder: Path, out: Path, lab: str | None = None, extra=(), timeo
     subs = discover(folder, lab)
     if not subs:
         raise SystemExit(f"no submissions found in {folder}")
-    work = {learner: (learner, nb, problem, lab, [str(p) for p in extra], timeout) for learner, nb, problem in subs}
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)  # so that the kernels' sandbox can hide it
+    conceal = [str(out.resolve())]
+    work = {learner: (learner, nb, problem, lab, [str(p) for p in extra], timeout, conceal)
+            for learner, nb, problem in subs}
     results: dict[str, dict] = {}
     for attempt in (1, 2):
         todo = [w for learner, w in work.items() if learner not in results]
@@ -102,7 +110,11 @@ def grade_batch(folder: Path, out: Path, lab: str | None = None, extra=(), timeo
                 r = results[learner]
                 echo(f"{learner:<24} {r['status']:<9} {r['score']}/{r['max_score']}  {r['reason']}")
     rows = [results[learner] for learner, _, _ in subs]
+    # Every kernel and every process it started is dead by now (each run ends with a sweep): write, then seal.
     write_gradebook(rows, out, column)
+    weak = sorted({r.get("isolation", "") for r in rows if r.get("isolation", "").split(":")[0] in ("none", "user")})
+    for line in weak:
+        echo(f"warning: kernels ran with weak isolation ({line}); see the gradebook's isolation column")
     return rows
 
 
@@ -129,12 +141,15 @@ def _grade_main(argv) -> int:
         rows = grade_batch(a.path, a.out, lab, a.extra_tests, a.timeout, a.jobs, column=a.canvas_column)
         print(f"\n{len(rows)} submission(s) graded; gradebook in {a.out}/gradebook.csv")
         return 0
-    rep = grade_notebook(a.path, lab=lab, extra_tests=a.extra_tests, timeout=a.timeout)
-    print(rep.table())
     dest = a.json or a.out / f"{a.path.stem}.json"
     dest.parent.mkdir(parents=True, exist_ok=True)
+    rep = grade_notebook(a.path, lab=lab, extra_tests=a.extra_tests, timeout=a.timeout,
+                         conceal=[str(dest.parent.resolve())])
+    print(rep.table())
+    print(f"isolation: {rep.isolation}")
     dest.write_text(json.dumps(rep.to_dict(), indent=2) + "\n")
-    print(f"report written to {dest}")
+    seal(dest.parent, [dest])
+    print(f"report written to {dest} (sealed in {dest.parent / MANIFEST})")
     return 0
 
 
@@ -205,10 +220,26 @@ def _lms_main(argv) -> int:
     return 0
 
 
+def _verify_main(argv) -> int:
+    ap = argparse.ArgumentParser(prog="gpucourse-grade verify",
+                                 description="Check that a results folder is exactly what the grader wrote and sealed.")
+    ap.add_argument("folders", nargs="+", type=Path, help="folders written by gpucourse-grade (MANIFEST.json inside)")
+    a = ap.parse_args(argv)
+    bad = 0
+    for folder in a.folders:
+        problems = verify(folder)
+        bad += bool(problems)
+        for line in problems:
+            print(f"CHANGED {line}")
+        if not problems:
+            print(f"ok {folder}: every result file is as the grader sealed it")
+    return 1 if bad else 0
+
+
 def main(argv=None) -> int:
     """Entry point of ``gpucourse-grade`` / ``python -m gpucourse.grading.cli``."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    commands = {"gradescope": _gradescope_main, "lms": _lms_main}
+    commands = {"gradescope": _gradescope_main, "lms": _lms_main, "verify": _verify_main}
     if argv and argv[0] in commands and not Path(argv[0]).exists():
         return commands[argv[0]](argv[1:])
     return _grade_main(argv)

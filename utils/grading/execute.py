@@ -4,10 +4,14 @@
 folder with the grader's environment plus what the course's setup cell would set, and with
 ``GPUCOURSE_GRADING=1`` (``check()`` then skips its own run: the grader checks every item itself),
 a fresh IPython directory without input history, and no user site-packages.
-Errors in a cell do not stop the run: later cells may still define what is graded. When the last
-cell has run, or the time is up, or the kernel died, the kernel's whole process group and every
-process it started are killed, so nothing the submission left running (threads, ``atexit`` hooks,
-child processes) acts afterwards.
+Errors in a cell do not stop the run: later cells may still define what is graded. The kernel
+runs in the strongest sandbox the machine offers (:mod:`.sandbox`: an unprivileged user and
+bubblewrap's namespaces, which cannot write the grader's output folder nor read the tests). When the
+last cell has run, or the time is up, or the kernel died, every process of the run is killed
+(:func:`.sandbox.sweep`: the whole PID namespace, the dedicated user's processes, the process group,
+adopted orphans and every process carrying the run's token), so nothing the submission left
+running (threads, ``atexit`` hooks, child processes in new sessions) acts afterwards;
+:attr:`Execution.left_running` names what the submission had left.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from . import sandbox as sandboxing
 
 __all__ = ["Cell", "Execution", "kernel_env", "run_cells"]
 
@@ -42,6 +48,9 @@ class Execution:
     seconds: float = 0.0
     timings: dict = field(default_factory=dict)  # "kernel start", each grader cell, "submission": seconds
     log_tail: str = ""
+    isolation: str = ""  # how the kernel was isolated (:meth:`.sandbox.Sandbox.describe`)
+    left_running: list = field(default_factory=list)  # processes the submission left, killed at the end
+    survivors: list = field(default_factory=list)  # processes still alive after the kill (should never happen)
 
 
 def kernel_env(extra: dict | None = None) -> dict:
@@ -72,43 +81,45 @@ def _kernel_cpu(client) -> float | None:
         return None
 
 
-def _kill(client) -> None:
-    """SIGKILL the kernel's process group and every process it started (also those in new sessions)."""
-    try:
-        import psutil
-    except ImportError:  # pragma: no cover - psutil is a dependency
-        psutil = None
+def _kill(client, box, run: Execution) -> None:
+    """SIGKILL every process of the run (see :func:`.sandbox.sweep`); note what the submission left."""
     prov = getattr(getattr(client, "km", None), "provisioner", None)
-    pid = getattr(prov, "pid", None)
-    pgid = getattr(prov, "pgid", None)
-    victims = []
-    if pid and psutil is not None:
-        try:
-            proc = psutil.Process(pid)
-            victims = [proc] + proc.children(recursive=True)
-        except psutil.Error:
-            victims = []
-    if pgid and hasattr(os, "killpg"):
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except OSError:
-            pass
-    for proc in victims:
-        try:
-            proc.kill()
-        except Exception:  # noqa: S110 (already gone)
-            pass
+    left, survivors = sandboxing.sweep(box, getattr(prov, "pid", None), getattr(prov, "pgid", None))
+    run.left_running += [x for x in left if x not in run.left_running]
+    run.survivors = survivors
+
+
+def _kernel_manager(workdir: Path, box):
+    """A kernel manager that starts the kernel inside ``box``, its connection file in ``workdir``."""
+    from jupyter_client import AsyncKernelManager
+
+    class SandboxedKernelManager(AsyncKernelManager):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.connection_file = str(workdir / "kernel.json")
+
+        def write_connection_file(self, **kwargs):
+            super().write_connection_file(**kwargs)
+            if box.uid is not None:
+                os.chown(self.connection_file, box.uid, box.uid)
+
+        def format_kernel_cmd(self, extra_arguments=None):
+            return list(box.prefix) + super().format_kernel_cmd(extra_arguments)
+
+    return SandboxedKernelManager
 
 
 def run_cells(cells: list[Cell], timeout: float, kernel_name: str = "python3", env: dict | None = None,
-              before_cell=None, grace_s: float = 1.0, stop: threading.Event | None = None) -> Execution:
+              before_cell=None, grace_s: float = 1.0, stop: threading.Event | None = None,
+              reach=(), hide=()) -> Execution:
     """Execute ``cells`` in order in one fresh kernel within ``timeout`` seconds in all.
 
     ``before_cell(index, cell)`` is called before each cell (the grader uses it to wait for the
     guard's connection). When a cell times out or the kernel stops answering, the kernel lives
     ``grace_s`` longer before it is killed. When ``stop`` is set (the guard reported tampering), the
     kernel is killed ``grace_s`` later and the run ends as ``crashed`` with ``stopped`` set. Never raises for
-    what the cells do.
+    what the cells do. ``reach``: folders the sandboxed kernel must write besides its own (the guard's
+    socket folder); ``hide``: files and folders it must not read (hidden tests, the output folder).
     """
     import nbformat
     from nbclient import NotebookClient
@@ -116,7 +127,12 @@ def run_cells(cells: list[Cell], timeout: float, kernel_name: str = "python3", e
 
     run = Execution()
     workdir = Path(tempfile.mkdtemp(prefix="gpucourse-grade-"))
+    box = sandboxing.choose(workdir, reach, hide)
+    run.isolation = box.describe()
     env = dict(env or kernel_env())
+    env[sandboxing.TOKEN_ENV] = box.token
+    if box.level != "none":
+        env["HOME"] = str(workdir)  # the grader's home is not the kernel's
     # A fresh IPython directory: no startup files or history another submission could have written,
     # and nothing of this one (its input history holds the grader's cells) for the next to read.
     env["IPYTHONDIR"] = str(workdir / ".ipython")
@@ -125,7 +141,8 @@ def run_cells(cells: list[Cell], timeout: float, kernel_name: str = "python3", e
     nb.metadata["kernelspec"] = {"name": kernel_name, "display_name": "Python 3", "language": "python"}
     client = NotebookClient(nb, timeout=timeout, kernel_name=kernel_name, allow_errors=True, startup_timeout=120,
                             resources={"metadata": {"path": str(workdir)}},
-                            extra_arguments=["--HistoryManager.enabled=False"])
+                            extra_arguments=["--HistoryManager.enabled=False"],
+                            kernel_manager_class=_kernel_manager(workdir, box))
     client.shutdown_kernel = "immediate"
     t0 = time.monotonic()
     deadline = t0 + timeout
@@ -140,7 +157,7 @@ def run_cells(cells: list[Cell], timeout: float, kernel_name: str = "python3", e
                     if stop.wait(0.1):
                         run.stopped = True
                         time.sleep(grace_s)  # let the guard report the rest of what the same cell changed
-                        _kill(client)
+                        _kill(client, box, run)
                         return
 
             if stop is not None:
@@ -179,7 +196,7 @@ def run_cells(cells: list[Cell], timeout: float, kernel_name: str = "python3", e
                 cpu = _kernel_cpu(client)
                 if cpu is not None:
                     run.timings["kernel cpu"] = cpu
-                _kill(client)
+                _kill(client, box, run)
     except CellTimeoutError:
         run.status = "timeout"
         run.reason = f"{run.last_cell} was still running when the {timeout:g} s time limit ran out"
@@ -190,6 +207,7 @@ def run_cells(cells: list[Cell], timeout: float, kernel_name: str = "python3", e
         run.status = "error"
         run.reason = f"grading failed in {run.last_cell or 'kernel start-up'}: {type(exc).__name__}: {exc}"[:500]
     finally:
+        _kill(client, box, run)  # again: a kernel that failed to start may have left its sandbox behind
         run.seconds = round(time.monotonic() - t0, 2)
         try:
             run.log_tail = log.read_text(errors="replace")[-2000:]

@@ -7,7 +7,9 @@ Per lab (:func:`write_gradebook`, what ``gpucourse-grade <folder>`` writes into 
 * ``gradebook.json``: the same rows with every detail (timings left out, so re-running gives the
   same file); ``reports/<learner>.json`` one report each; ``feedback/<learner>.txt`` the
   learner-facing table (flags and withheld marks included, with their reasons);
-* ``canvas.csv``: this lab as one Canvas gradebook column (see below).
+* ``canvas.csv``: this lab as one Canvas gradebook column (see below);
+* ``MANIFEST.json``, written last: the digest of every file above (:mod:`.seal`;
+  ``gpucourse-grade verify OUT/`` names any file changed since).
 
 Across labs (:func:`canvas_csv`, ``gpucourse-grade lms``): Canvas imports a CSV whose first columns
 are ``Student``, ``ID``, ``SIS User ID``, ``SIS Login ID``, ``Section``, followed by one column per
@@ -26,6 +28,7 @@ import json
 from pathlib import Path
 
 from .report import GradeReport
+from .seal import seal
 
 __all__ = ["CANVAS_IDENTITY", "canvas_csv", "read_gradebook", "write_canvas", "write_gradebook"]
 
@@ -48,12 +51,13 @@ def write_gradebook(rows: list[dict], out: Path, column: str | None = None) -> N
     keys = list(dict.fromkeys(i["key"] for r in rows for i in r["items"]))
     with open(out / "gradebook.csv", "w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow(["learner", "lab", "status", "score", "max_score", *keys, "integrity", "reason", "flags"])
+        w.writerow(["learner", "lab", "status", "score", "max_score", *keys, "integrity", "reason", "flags",
+                    "isolation"])
         for r, rep in zip(rows, reports):
             per = {i["key"]: i["points"] for i in r["items"]}
             w.writerow([r["learner"], r["lab"], r["status"], r["score"], r["max_score"],
                         *[per.get(k, "") for k in keys], rep.integrity(), r["reason"],
-                        "; ".join(r["tampering"] + r["flags"])])
+                        "; ".join(r["tampering"] + r["flags"]), r.get("isolation", "")])
     stable = [{k: v for k, v in r.items() if k not in ("duration_s", "timings")} for r in rows]
     (out / "gradebook.json").write_text(json.dumps(stable, indent=2) + "\n")
     for r, rep in zip(rows, reports):
@@ -62,6 +66,7 @@ def write_gradebook(rows: list[dict], out: Path, column: str | None = None) -> N
         (out / "reports" / f"{name}.json").write_text(json.dumps(r, indent=2) + "\n")
     write_canvas(canvas_csv([rows], columns={rows[0]["lab"]: column} if rows and column else None),
                  out / "canvas.csv")
+    seal(out)  # last: the digest of every file written above (``gpucourse-grade verify``)
 
 
 def read_gradebook(folder: Path) -> list[dict]:

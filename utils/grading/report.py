@@ -44,6 +44,7 @@ class GradeReport:
     duration_s: float = 0.0
     learner: str | None = None
     timings: dict = field(default_factory=dict)  # seconds per stage (kernel start, guard, submission, checks, judging)
+    isolation: str = ""  # how the kernel was isolated: "bubblewrap: ...", "user: ...", "none: ..." (see .sandbox)
 
     @classmethod
     def from_dict(cls, d: dict) -> "GradeReport":

@@ -35,6 +35,7 @@ from .integrity import assess, guard_config, helper_items, scan_source
 from .items import ITEM_TIMEOUT_S, LABTESTS_DIR, ItemResult, lab_test_path
 from .kernel_observe import DRIVER_FILENAME
 from .report import GradeReport
+from .seal import key_path
 
 __all__ = ["DEFAULT_TIMEOUT_S", "GradeReport", "find_template", "grade_notebook", "lab_of", "scan_source"]
 
@@ -99,8 +100,12 @@ def _placeholder(plan, reason: str) -> list[dict]:
 
 
 def grade_notebook(path: str | Path, lab: str | None = None, extra_tests=(), timeout: float = DEFAULT_TIMEOUT_S,
-                   learner: str | None = None, kernel_name: str = "python3") -> GradeReport:
-    """Grade one submitted notebook. Never raises for a bad submission; see the module docstring."""
+                   learner: str | None = None, kernel_name: str = "python3", conceal=()) -> GradeReport:
+    """Grade one submitted notebook. Never raises for a bad submission; see the module docstring.
+
+    ``conceal``: more files or folders the kernel must not see (the grader's output folder); the
+    hidden test files and the grading key are always concealed.
+    """
     import nbformat
 
     path = Path(path)
@@ -152,7 +157,8 @@ def grade_notebook(path: str | Path, lab: str | None = None, extra_tests=(), tim
             return report
         report.flags = scan_source([s for _, s in code], lab, find_template(lab), helpers, [i for i, _ in code])
         judging.warm_up([t for _, _, t in tests])
-        _run(report, code, tests, plan, helpers, timeout, kernel_name)
+        hide = [p for _, p in paths[1:]] + [key_path(), *conceal]
+        _run(report, code, tests, plan, helpers, timeout, kernel_name, hide)
     finally:
         report.duration_s = round(time.monotonic() - t0, 1)
     return report
@@ -174,7 +180,7 @@ def _cells(code, tests, plan, helpers, address) -> list[Cell]:
     return cells, hashlib.sha256(config_text.encode()).hexdigest()
 
 
-def _run(report: GradeReport, code, tests, plan, helpers, timeout, kernel_name) -> None:
+def _run(report: GradeReport, code, tests, plan, helpers, timeout, kernel_name, hide=()) -> None:
     channel = Channel().start()
     try:
         cells, config_digest = _cells(code, tests, plan, helpers, channel.address)
@@ -183,12 +189,22 @@ def _run(report: GradeReport, code, tests, plan, helpers, timeout, kernel_name) 
             if index == 1 and not channel.wait_connected(GUARD_CONNECT_S):
                 raise RuntimeError("the grader's guard did not connect")
 
-        run = run_cells(cells, timeout, kernel_name, before_cell=before, stop=channel.tampered)
+        run = run_cells(cells, timeout, kernel_name, before_cell=before, stop=channel.tampered,
+                        reach=[channel.folder], hide=hide)
         channel.wait_end(60)  # the kernel is dead: this only waits for the reader to reach its end
     finally:
         channel.close()
     report.cell_errors = run.cell_errors
     report.timings = dict(run.timings)
+    report.isolation = run.isolation
+    if run.left_running:
+        report.flags.append(f"left {len(run.left_running)} process(es) running after the checks (all killed "
+                            "before any result was written): " + ", ".join(run.left_running[:3]))
+    if run.survivors:  # never seen: SIGKILL cannot be refused. Then no result of this run can be trusted.
+        report.items = _placeholder(plan, "not graded: processes of the run survived the grader's kill")
+        report.status = "error"
+        report.reason = "processes of the run could not be killed: " + ", ".join(run.survivors)
+        return
     t_judge = time.monotonic()
     kernel_plan = [e for e in plan if not e.error]
     problems = list(channel.problems)

@@ -1,0 +1,384 @@
+"""Run a graded kernel as an unprivileged user in a sandbox, and kill every process it started.
+
+:func:`choose` picks the strongest isolation this machine offers, once per process (``probe``):
+
+* ``bubblewrap``: the kernel runs under ``bwrap`` (Debian's ``bubblewrap``) in new user, PID, IPC,
+  UTS and mount namespaces with every capability dropped: the machine is mounted read-only, ``/tmp``
+  is a fresh empty tmpfs, the only writable folder the kernel shares with the grader is its own
+  scratch folder, and the lab tests (``utils/labtests/lab*.py``), the hidden test files, the
+  grader's output folder and its grading key are mounted over with empty stand-ins. ``/proc`` shows
+  only the sandbox's own processes, so the grader's command line, working folder and open files
+  cannot be read. When the grader runs as root, ``setpriv`` (util-linux) first drops to a
+  dedicated uid that owns nothing else on the machine (a fresh one per kernel).
+  ``--die-with-parent`` and the PID namespace make the whole sandbox die with its first process:
+  whatever session or process group a child made for itself.
+* ``user``: root without a working ``bwrap`` (a container that forbids namespaces): ``setpriv``
+  to a dedicated uid only. Files are protected by their permissions alone (the grader makes its
+  own unreadable to others), ``/proc`` is shared; every process of that uid is killed at the end.
+* ``none``: not root and no user namespaces: the kernel runs as the grader's user, with no
+  sandbox. It is still killed by process group, the grader becomes a *child subreaper*
+  (``PR_SET_CHILD_SUBREAPER``: a child that double-forks or calls ``setsid`` stays in the grader's
+  process tree), and every process whose environment carries the run's token is killed too.
+  The gradebook's ``isolation`` column says so.
+
+``GPUCOURSE_SANDBOX=none|user|bubblewrap`` asks for at most that level (tests use it to simulate a
+machine without isolation). :func:`sweep` kills everything of one run and says what the
+submission had left running; the grader writes results only after it returned.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["LEVELS", "TOKEN_ENV", "Sandbox", "choose", "probe", "sweep"]
+
+LEVELS = ("none", "user", "bubblewrap")
+TOKEN_ENV = "GPUCOURSE_RUN_TOKEN"
+#: Dedicated uids for kernels (root only): a fresh one per kernel, owning no file and no process.
+UID_BASE, UID_SPAN = 3_900_000, 100_000
+_PROBED: dict[tuple, str] = {}
+_STUBS: Path | None = None
+_LABTESTS = Path(__file__).resolve().parent.parent / "labtests"
+
+
+@dataclass
+class Sandbox:
+    """How one kernel runs: ``prefix`` goes in front of its command line."""
+
+    level: str
+    note: str  # for the gradebook's isolation column
+    token: str = field(default_factory=lambda: secrets.token_hex(16))
+    uid: int | None = None
+    prefix: list = field(default_factory=list)
+    started: float = field(default_factory=time.time)
+
+    def describe(self) -> str:
+        return f"{self.level}: {self.note}"
+
+
+def _bwrap_args(workdir: Path, reach=(), hide=(), uid: int | None = None) -> list[str]:
+    """bwrap's options: read-only machine, fresh /tmp, the scratch folder writable, ``hide`` covered.
+
+    As root (``uid`` given) bwrap itself sets up the namespaces (it can then mount a Python
+    installed where the dedicated user cannot look), keeps only the two capabilities ``setpriv``
+    needs to become ``uid``, and setpriv drops them with root; otherwise bwrap makes a user namespace.
+    """
+    args = ["bwrap"] + ([] if uid is not None else ["--unshare-user"])
+    args += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent",
+             "--new-session", "--cap-drop", "ALL"]
+    if uid is not None:
+        args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    args += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--perms", "1777", "--tmpfs", "/dev/shm"]
+    needed = _needed()
+    tmp_free = not any(_under(p, Path("/tmp")) for p in needed)
+    if tmp_free:
+        args += ["--perms", "1777", "--tmpfs", "/tmp"]
+    args += _expose(needed)
+    for p in [workdir, *reach]:
+        args += ["--bind", str(p), str(p)]
+    stubs = _stub_dir()
+    for p in sorted(_LABTESTS.glob("lab*.py")):
+        args += ["--ro-bind", str(stubs / "test.py"), str(p)]
+    for p in hide:
+        p = Path(p)
+        if not p.exists() or (tmp_free and _under(p, Path("/tmp"))):
+            continue
+        args += ["--ro-bind", str(stubs / ("empty" if p.is_dir() else "test.py")), str(p)]
+    # the kernel's parent is the sandbox's init (pid 1): ipykernel must not take that for its parent's death
+    # (--die-with-parent ends the sandbox when the grader goes)
+    return args + ["--setenv", "JPY_PARENT_PID", "1", "--chdir", str(workdir), "--"] + (_setpriv(uid) if uid is not None else [])
+
+
+def _needed() -> list[Path]:
+    """What the kernel must read: the interpreter's installation, the virtual environment, the course."""
+    exe = Path(os.path.realpath(sys.executable))
+    return [Path(os.path.realpath(p)) for p in (sys.base_prefix, sys.prefix, exe.parent.parent, _LABTESTS.parent.parent)]
+
+
+def _expose(paths) -> list[str]:
+    """Mount options that make ``paths`` reachable when a folder above one is closed to others.
+
+    (A Python installed under ``/root``, mode 0700: the folder that other users cannot enter is
+    replaced by an empty tmpfs, and only ``paths`` are mounted back into it, read-only.)
+    """
+    out, covered = [], []
+    for p in paths:
+        for a in reversed(p.parents):
+            if a == Path("/") or any(_under(a, c) for c in covered):
+                continue
+            try:
+                closed = not os.stat(a).st_mode & 0o001
+            except OSError:
+                closed = False
+            if closed:
+                covered.append(a)
+                out += ["--tmpfs", str(a)]
+                break
+    made = set()
+    for p in paths:
+        top = next((c for c in covered if _under(p, c)), None)
+        if top is None:
+            continue
+        for a in reversed(p.parents):  # bwrap would make the folders between them closed (0700)
+            if _under(a, top) and a != top and a not in made:
+                made.add(a)
+                out += ["--perms", "0755", "--dir", str(a)]
+        out += ["--ro-bind", str(p), str(p)]
+    return out
+
+
+def _under(p: Path, folder: Path) -> bool:
+    try:
+        Path(p).resolve().relative_to(folder)
+        return True
+    except ValueError:
+        return False
+
+
+def _stub_dir() -> Path:
+    """Stand-ins mounted over what the kernel must not read (made once per process, readable by all)."""
+    global _STUBS
+    if _STUBS is None or not _STUBS.is_dir():
+        import tempfile
+
+        _STUBS = Path(tempfile.mkdtemp(prefix="gpucourse-stubs-"))
+        (_STUBS / "empty").mkdir()
+        (_STUBS / "test.py").write_text('raise ImportError("the grader\'s test files cannot be read while '
+                                        'grading")\n')
+        for p in (_STUBS, _STUBS / "empty"):
+            os.chmod(p, 0o755)
+        os.chmod(_STUBS / "test.py", 0o644)
+    return _STUBS
+
+
+def _setpriv(uid: int) -> list[str]:
+    return ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
+            "--no-new-privs", "--"]
+
+
+def _free_uid() -> int:
+    import psutil
+
+    used = {p.info["uids"].real for p in psutil.process_iter(["uids"]) if p.info.get("uids")}
+    while True:
+        uid = UID_BASE + secrets.randbelow(UID_SPAN)
+        if uid not in used:
+            return uid
+
+
+def probe(level: str) -> str:
+    """'' when a kernel can start at ``level`` here (cached per process), else why not."""
+    root = os.geteuid() == 0
+    key = (level, root)
+    if key in _PROBED:
+        return _PROBED[key]
+    why = ""
+    if level == "user" and not root:
+        why = "the grader is not root, so it cannot switch to a dedicated user"
+    tools = (["setpriv"] if root else []) + (["bwrap"] if level == "bubblewrap" else [])
+    missing = [t for t in tools if shutil.which(t) is None]
+    if not why and missing:
+        why = f"{' and '.join(missing)} not found (Debian: apt-get install {'bubblewrap' if 'bwrap' in missing else 'util-linux'})"
+    if not why:
+        import tempfile
+
+        work = Path(tempfile.mkdtemp(prefix="gpucourse-probe-"))
+        try:
+            uid = _free_uid() if root else None
+            if uid is not None:
+                os.chown(work, uid, 0)
+                os.chmod(work, 0o770)
+            cmd = _bwrap_args(work, uid=uid) if level == "bubblewrap" else _setpriv(uid)
+            same = f"import sys; assert sys.version == {sys.version!r} and sys.base_prefix == {sys.base_prefix!r}"
+            cmd += [sys.executable, "-c", same + "; import gpucourse.grading.kernel_guard, ipykernel; open('ok', 'w')"]
+            res = subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=60,
+                                 env={**os.environ, "HOME": str(work), "PYTHONDONTWRITEBYTECODE": "1"})
+            if res.returncode != 0 or not (work / "ok").exists():
+                why = f"{tools[-1]} failed: " + (res.stderr.strip().splitlines() or ["no error message"])[-1][:200]
+        except (OSError, subprocess.SubprocessError) as exc:
+            why = f"{' + '.join(tools)} failed: {exc}"[:200]
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    _PROBED[key] = why
+    return why
+
+
+def choose(workdir: Path, reach=(), hide=()) -> Sandbox:
+    """The strongest sandbox available for a kernel working in ``workdir`` (see the module docstring).
+
+    ``reach`` are other folders the kernel must write (the guard's socket folder); ``hide`` are
+    files and folders it must not see (hidden tests, the output folder, the grading key).
+    """
+    want = os.environ.get("GPUCOURSE_SANDBOX", "bubblewrap").strip().lower() or "bubblewrap"
+    if want not in LEVELS:
+        raise ValueError(f"GPUCOURSE_SANDBOX must be one of {', '.join(LEVELS)}, got {want!r}")
+    root = os.geteuid() == 0
+    why_not = []
+    for level in LEVELS[LEVELS.index(want)::-1]:
+        if level == "none":
+            asked = " (GPUCOURSE_SANDBOX=none)" if want == "none" else ""
+            note = ("no sandbox" + asked + ("; " + "; ".join(why_not) if why_not else "") +
+                    ": the kernel ran as the grader's user and could read what that user reads; killed by "
+                    "process group, process tree (child subreaper) and run token")
+            _become_subreaper()
+            return Sandbox("none", note)
+        why = probe(level)
+        if why:
+            why_not.append(why)
+            continue
+        box = Sandbox(level, "")
+        if root:
+            box.uid = _free_uid()
+            for p in [workdir, *reach]:  # the user's; root's group lets bwrap (caps dropped) enter it
+                for q in [Path(p), *Path(p).iterdir()]:
+                    os.chown(q, box.uid, 0)
+                os.chmod(p, 0o770)
+        if level == "bubblewrap":
+            box.prefix = _bwrap_args(Path(workdir), reach, hide, box.uid)
+            box.note = ("user, PID and mount namespaces, read-only machine, tests and output hidden" +
+                        (f", dedicated uid {box.uid}" if root else ", as the grader's user"))
+        else:
+            box.prefix = _setpriv(box.uid)
+            _become_subreaper()
+            box.note = (f"dedicated uid {box.uid}, no namespaces ({'; '.join(why_not)}): the kernel could read "
+                        "what any user may read")
+        return box
+    raise AssertionError("unreachable")
+
+
+def _become_subreaper() -> None:
+    """Orphans of the kernel (double fork, ``setsid``) become this process's children, not init's."""
+    if sys.platform != "linux":
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        pass
+
+
+def _is_ours(proc, box: Sandbox, kernel_pid: int) -> bool:
+    """A process of this run: the sandbox's uid, the run's token, or an orphan adopted since it began."""
+    import psutil
+
+    try:
+        if box.uid is not None and proc.uids().real == box.uid:
+            return True
+        if proc.ppid() == os.getpid() and proc.pid != kernel_pid and proc.create_time() >= box.started - 1:
+            return True
+        return proc.environ().get(TOKEN_ENV) == box.token
+    except (psutil.Error, OSError):
+        return False
+
+
+def _find(box: Sandbox, kernel_pid: int | None) -> dict:
+    import psutil
+
+    found = {}
+    if kernel_pid:
+        try:
+            top = psutil.Process(kernel_pid)
+            found[top.pid] = top
+            found.update({c.pid: c for c in top.children(recursive=True)})
+        except psutil.Error:
+            pass
+    me = os.getpid()
+    for proc in psutil.process_iter():
+        if proc.pid != me and proc.pid not in found and _is_ours(proc, box, kernel_pid):
+            found[proc.pid] = proc
+    return found
+
+
+def _kernel_chain(proc) -> bool:
+    """The kernel itself and the sandbox's own processes (bwrap, setpriv)."""
+    try:
+        cmd = proc.cmdline()
+    except Exception:  # noqa: BLE001
+        return True
+    text = " ".join(cmd)
+    return "ipykernel_launcher" in text or (bool(cmd) and Path(cmd[0]).name in ("bwrap", "setpriv"))
+
+
+def sweep(box: Sandbox, kernel_pid: int | None, pgid: int | None = None, wait_s: float = 5.0) -> tuple[list, list]:
+    """SIGKILL every process of this run; ``(left running, survivors)`` as short descriptions.
+
+    *left running*: processes the submission started that were still alive (zombies aside);
+    *survivors*: processes still alive ``wait_s`` later (none, unless the kernel can resist SIGKILL).
+    """
+    import psutil
+
+    left, seen = [], set()
+    deadline = time.monotonic() + wait_s
+    found = _find(box, kernel_pid)
+    for proc in found.values():
+        try:
+            if proc.status() != psutil.STATUS_ZOMBIE and not _kernel_chain(proc):
+                left.append(f"`{' '.join(proc.cmdline())[:80] or proc.name()}` (pid {proc.pid})")
+        except psutil.Error:
+            pass
+    while True:
+        if pgid:
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except OSError:
+                pass
+        for proc in found.values():
+            seen.add(proc.pid)
+            try:
+                proc.send_signal(signal.SIGKILL)
+            except psutil.Error:
+                pass
+        _reap(found, kernel_pid)
+        time.sleep(0.05)
+        found = {pid: p for pid, p in _find(box, None).items() if _alive(p)}
+        found.update({pid: p for pid, p in _alive_of(seen, kernel_pid).items()})
+        if not found or time.monotonic() > deadline:
+            break
+    survivors = [f"pid {pid}" for pid in found]
+    return left, survivors
+
+
+def _alive(proc) -> bool:
+    import psutil
+
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _alive_of(pids, kernel_pid) -> dict:
+    import psutil
+
+    out = {}
+    for pid in pids:
+        if pid == kernel_pid:
+            continue
+        try:
+            proc = psutil.Process(pid)
+        except psutil.Error:
+            continue
+        if _alive(proc):
+            out[pid] = proc
+    return out
+
+
+def _reap(found: dict, kernel_pid: int | None) -> None:
+    """Collect the zombies of adopted orphans (the kernel itself is its manager's to collect)."""
+    for pid, proc in found.items():
+        if pid == kernel_pid:
+            continue
+        try:
+            if proc.ppid() == os.getpid():
+                os.waitpid(pid, os.WNOHANG)
+        except (OSError, Exception):  # noqa: BLE001, S110
+            pass
