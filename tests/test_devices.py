@@ -97,6 +97,18 @@ def test_doctor_diagnoses(over, level, words):
         assert all(f.fix for f in found if f.level != "ok"), "every problem needs a fix"
 
 
+@pytest.mark.parametrize("cuda, cudnn", [("12.5.1", "9"), (None, None)])
+def test_doctor_says_a_library_mismatch_means_no_gpu_at_all(cuda, cudnn):
+    """'A CUDA/cuDNN mismatch makes training several times slower': TensorFlow lists no GPU, so all of it runs on
+    the CPU. The doctor reports that as an error naming the build's versions, with the fix."""
+    found = devices.doctor(_facts(tf_gpus=0, driver_gpus=2, cuda_version=cuda, cudnn_version=cudnn), show=False)
+    (err,) = [f for f in found if f.level == "error"]
+    assert "2 GPU(s) but TensorFlow sees none" in err.problem and "runs everything on the CPU" in err.problem
+    assert f"CUDA {cuda or '?'}, cuDNN {cudnn or '?'}" in err.problem
+    assert "tensorflow[and-cuda]" in err.fix and "Cannot dlopen some GPU libraries" in err.fix
+    assert not any(f.level == "ok" for f in found)  # no "take the GPU path" next to it
+
+
 def test_doctor_bad_input():
     with pytest.raises(TypeError):
         devices.doctor(["not", "a", "dict"], show=False)
@@ -404,7 +416,17 @@ def test_first_calls_in_fresh_processes():
     assert before == {"physical_gpus": 0, "logical_gpus": 0}
     assert after["runtime_started"] is False  # listing physical devices starts no runtime (it may start CUDA)
     assert dl["runtime_started"] is False and dl["cpu_split_ok"] and dl["logical_cpus"] == 2
-    assert dl["listed"] == ["/device:CPU:0"] and dl["gpu_used_mib"] == {"before": [], "after": []}
+    assert dl["listed"] == ["/device:CPU:0"] and dl["gpu_used_mib"] == {"before": [], "listed": [], "after": []}
+
+
+def test_device_lib_takes_the_growth_setting_itself(fresh_python):
+    """The other way round the reservation: list_local_devices(session_config=...) with gpu_options.allow_growth,
+    so the GPU allocators it creates grow. Its signature and the field are TensorFlow's API; on a CPU it runs."""
+    out = fresh_python("import inspect, tensorflow as tf\nfrom tensorflow.python.client import device_lib\n"
+                       "print(inspect.signature(device_lib.list_local_devices))\n"
+                       "config = tf.compat.v1.ConfigProto()\nconfig.gpu_options.allow_growth = True\n"
+                       "print([d.device_type for d in device_lib.list_local_devices(session_config=config)][:1])\n")
+    assert out.strip().splitlines()[-2:] == ["(session_config=None)", "['CPU']"]
 
 
 def test_threading_measurement_runs_side_by_side(monkeypatch):

@@ -411,11 +411,15 @@ def doctor(facts: dict | None = None, show: bool = True) -> list[Finding]:
         out.append(Finding("error", f"CUDA_VISIBLE_DEVICES={cvd!r} hides all {drv_gpus} GPU(s) from TensorFlow.",
                            "unset CUDA_VISIBLE_DEVICES (or set it to e.g. '0'), then restart the kernel"))
     elif drv_gpus and tf_gpus == 0:
+        built = (f" (this build wants CUDA {facts.get('cuda_version') or '?'}, cuDNN {facts.get('cudnn_version') or '?'})"
+                 if facts["is_cuda_build"] else "")
         out.append(Finding("error", f"The driver sees {drv_gpus} GPU(s) but TensorFlow sees none: usually the CUDA "
-                           "or cuDNN libraries TensorFlow was built for are missing or do not match the driver.",
+                           f"or cuDNN libraries TensorFlow was built for{built} are missing or do not match the "
+                           "driver. TensorFlow then skips the GPUs and runs everything on the CPU: that, not slower "
+                           "GPU code, is what a CUDA/cuDNN mismatch costs.",
                            "pip install 'tensorflow[and-cuda]==2.21.*' to get matching CUDA/cuDNN wheels; check that "
                            "the driver is recent enough (nvidia-smi) and read TensorFlow's startup log for "
-                           "'Could not load dynamic library'"))
+                           "'Could not load dynamic library' or 'Cannot dlopen some GPU libraries'"))
     elif facts["is_cuda_build"] and drv_gpus == 0 and tf_gpus == 0:
         out.append(Finding("warning", "This is a CUDA build of TensorFlow but no NVIDIA driver or GPU was found.",
                            "on a GPU machine install the NVIDIA driver; otherwise nothing to do: the course "

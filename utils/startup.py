@@ -6,7 +6,8 @@ asks fresh processes instead (through :mod:`gpucourse._probe`, several at once):
 
 * :func:`probe_first_calls`: does ``list_physical_devices()`` freeze
   ``CUDA_VISIBLE_DEVICES``? Does ``device_lib.list_local_devices()`` start
-  the runtime, and how much GPU memory does it leave the process holding?
+  the runtime, and how much GPU memory does the process hold after it, and
+  after its first op?
 * :func:`measure_threading`: what ``tf.config.threading`` settings (which must
   be set before the runtime starts) change on this machine, as ratios to one
   thread with the theoretical limit beside them.
@@ -49,8 +50,10 @@ emit({"physical_gpus": len(gpus), "runtime_started": started,
 """,
     # device_lib.list_local_devices -> _pywrap_device_lib.list_devices -> DeviceFactory::AddDevices with a default
     # ConfigProto: its own devices, outside the eager context. On a GPU that creates the process-wide allocator of
-    # every GPU (GPUProcessState::GetGPUAllocator, created once), sized to nearly all free memory unless
-    # TF_FORCE_GPU_ALLOW_GROWTH=true: a later set_memory_growth cannot shrink it.
+    # every GPU (GPUProcessState::GetGPUAllocator, created once) without growth, unless TF_FORCE_GPU_ALLOW_GROWTH=true
+    # or session_config's gpu_options.allow_growth. Creating it reserves nothing: the BFC allocator takes its region,
+    # nearly all free memory, at the first allocation on that GPU, so only GPUs that later allocate fill up (here the
+    # op runs on GPU:0 alone). A set_memory_growth after the listing cannot change the allocator any more.
     "device_lib.list_local_devices()": """
 import os, tensorflow as tf
 from tensorflow.python.client import device_lib
@@ -58,6 +61,7 @@ from gpucourse import devices
 used = lambda: [g.memory_used_mib for g in devices.nvml_gpus()]
 before = used()
 listed = [d.name for d in device_lib.list_local_devices()]
+after_listing = used()
 started = devices.runtime_initialized()
 cpu = tf.config.list_physical_devices("CPU")[0]
 try:
@@ -70,7 +74,7 @@ for gpu in tf.config.list_physical_devices("GPU"):
 tf.constant(1.0) + 1.0
 emit({"listed": listed, "runtime_started": started, "cpu_split_ok": split,
       "logical_cpus": len(tf.config.list_logical_devices("CPU")),
-      "gpu_used_mib": {"before": before, "after": used()},
+      "gpu_used_mib": {"before": before, "listed": after_listing, "after": used()},
       "gpu_total_mib": [g.memory_total_mib for g in devices.nvml_gpus()],
       "allow_growth_env": os.environ.get("TF_FORCE_GPU_ALLOW_GROWTH")})
 """,
@@ -84,11 +88,11 @@ def probe_first_calls(timeout: float = 180) -> dict:
     before TensorFlow starts; set *after* ``list_physical_devices()`` (on a GPU
     machine CUDA has read it by then, so it hides nothing); and
     ``device_lib.list_local_devices()`` (does the runtime start? can the CPU
-    still be split? how much GPU memory does the process hold afterwards,
-    despite memory growth?). The probes run without the memory-growth variable
-    the setup cell sets, so they show TensorFlow's defaults. On a GPU machine
-    the device_lib probe runs after the others, because it reserves nearly all
-    GPU memory while it lives.
+    still be split? how much GPU memory does each GPU hold after the listing,
+    and after memory growth and one op, which runs on GPU:0?). The probes run
+    without the memory-growth variable the setup cell sets, so they show
+    TensorFlow's defaults. On a GPU machine the device_lib probe runs after the
+    others, because its op makes GPU:0 reserve nearly all its memory.
     """
     labels = list(_FIRST_CALLS)
     growth = {"TF_FORCE_GPU_ALLOW_GROWTH": "true"}  # probes that measure no memory share the GPUs politely
