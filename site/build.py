@@ -222,21 +222,43 @@ def _repo_and_branch() -> tuple[str, str]:
 
 
 _TEST_MARKER = re.compile(r"\A# NBVAL_[A-Z_]+[^\n]*\n?")
+_NOTEBOOK_PATH = re.compile(r"(?<!\[)`((?:notebooks|labs)/\d\d_[A-Za-z0-9_]+\.ipynb)`(?!\])")
+_HEADING = re.compile(r"^#{1,6}\s+(.+)$", re.M)
+_PLOT_TITLE = re.compile(r"""(?:title|set_title|suptitle)\s*[=(]\s*(?:f?)(["'])(.+?)\1""")
+
+
+def link_notebook_paths(text: str, depth: int) -> str:
+    """A notebook named in code font (`` `notebooks/03_memory.ipynb` ``) becomes a link to its page."""
+    up = "../" * depth
+    return _NOTEBOOK_PATH.sub(lambda m: f"[`{m[1]}`]({up}{m[1]})", text)
+
+
+def figure_alt(code: str, heading: str) -> str:
+    """Alt text of a plot: its title when the code sets one, and the section it illustrates."""
+    title = _PLOT_TITLE.search(code)
+    section = re.sub(r"[`*_]", "", heading).strip()
+    what = f"Plot: {re.sub(r'{[^}]*}', '…', title[2])}" if title else "Plot"
+    return f"{what} (section “{section}”)" if section else what
 
 
 def stage_notebook(src: Path, dst: Path) -> int:
     """Copy one notebook for the site (see the module docstring); returns the number of widgets made static.
 
     Also drops the test-suite markers (``# NBVAL_CHECK_OUTPUT`` ...) from the first line of code cells:
-    they tell nbval what to compare and mean nothing to a reader.
+    they tell nbval what to compare and mean nothing to a reader; gives every plot an alt text that
+    says what it shows (:func:`figure_alt`), and links every notebook named in code font.
     """
     nb = nbformat.read(src, as_version=4)
-    depth = 1
+    depth, heading = 1, ""
     for cell in nb.cells:
         if cell.cell_type == "markdown":
-            cell.source = convert_callouts(localise_badges(cell.source, depth))
+            cell.source = link_notebook_paths(convert_callouts(localise_badges(cell.source, depth)), depth)
+            headings = _HEADING.findall(cell.source)
+            heading = headings[-1] if headings else heading
         elif cell.cell_type == "code":
             cell.source = _TEST_MARKER.sub("", cell.source)
+            if any("image/png" in o.get("data", {}) for o in cell.get("outputs", [])):
+                cell.metadata.setdefault("mystnb", {})["image"] = {"alt": figure_alt(cell.source, heading)}
     widgets = render_widget_outputs(nb)
     dst.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, dst)

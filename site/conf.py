@@ -49,6 +49,8 @@ suppress_warnings = ["mystnb.unknown_mime_type"]
 html_theme = "sphinx_book_theme"
 html_static_path = ["_static"]
 html_css_files = ["course.css"]
+html_js_files = ["course-search.js"]   # search excerpts from the article, not the page's header buttons
+html_context = {"default_mode": "auto"}  # the theme's light/dark mode (unset: "Got invalid theme mode")
 html_math_renderer = "mathml"      # see setup(): MathML at build time, no MathJax download
 html_copy_source = True
 html_show_sphinx = False
@@ -61,6 +63,8 @@ html_theme_options = {
     "show_toc_level": 2,
     "home_page_in_toc": True,
     "navigation_with_keys": False,
+    # one search box (the sidebar's): the header would repeat it
+    "navbar_persistent": [],
 }
 
 

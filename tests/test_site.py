@@ -159,6 +159,20 @@ def _pages(built: Path) -> list[Path]:
     return sorted(p for p in built.rglob("*.html") if "_static" not in p.relative_to(built).parts)
 
 
+def test_notebooks_named_in_code_font_become_links():
+    text = "Revisit `notebooks/03_memory.ipynb` for the background; [`labs/03_memory.ipynb`](x) stays."
+    out = site.link_notebook_paths(text, 1)
+    assert "[`notebooks/03_memory.ipynb`](../notebooks/03_memory.ipynb)" in out
+    assert out.count("](") == 2, out  # the existing link is not linked twice
+
+
+def test_plots_get_alt_text_that_says_what_they_show():
+    code = 'ax.set_title(f"Peak memory of one step on {DEVICE}")\nplt.show()'
+    assert site.figure_alt(code, "6. The peak memory of a `training` step") == \
+        "Plot: Peak memory of one step on … (section “6. The peak memory of a training step”)"
+    assert site.figure_alt("plt.plot(x)", "3. Prefetch") == "Plot (section “3. Prefetch”)"
+
+
 def _external(url: str) -> bool:
     return bool(re.match(r"^(https?:)?//", url.strip(), re.I))
 
@@ -274,6 +288,33 @@ def served(built):
     server.server_close()
 
 
+def _check_layout_at_1400_px(page, served):
+    """What a reader sees at 1400 px: no code or output block cut off, centred formulas, meaningful alt texts,
+    one search box, and lab pages that link their tutorial."""
+    page.set_viewport_size({"width": 1400, "height": 900})
+    for rel in ["index.html"] + [f"{nb.parent.name}/{nb.stem}.html" for nb in TUTORIALS + LABS]:
+        page.goto(f"{served}/{rel}")
+        facts = page.evaluate("""() => ({
+            cut: [...document.querySelectorAll('article pre')].filter(e => e.scrollWidth > e.clientWidth + 1)
+                   .map(e => e.textContent.slice(0, 60)),
+            alts: [...document.querySelectorAll('article img')].map(i => i.getAttribute('alt') || ''),
+            formulas: [...document.querySelectorAll('div.math')].map(d => {
+                const box = d.getBoundingClientRect(), f = d.firstElementChild.getBoundingClientRect();
+                return [f.left - box.left, box.right - f.right]; }),
+            searches: [...document.querySelectorAll('.search-button-field, .search-button')]
+                   .filter(e => e.offsetParent !== null).length })""")
+        assert not facts["cut"], f"{rel}: {len(facts['cut'])} blocks cut off at 1400 px, e.g. {facts['cut'][:2]}"
+        bad = [a for a in facts["alts"] if not a or re.search(r"\.(png|svg|jpe?g)$|_images/|^[0-9a-f]{16,}", a)]
+        assert not bad, f"{rel}: images whose alt text is a file path or empty: {bad}"
+        for left, right in facts["formulas"]:
+            assert abs(left - right) < 4, f"{rel}: a display formula is not centred ({left:.0f} px vs {right:.0f} px)"
+        assert facts["searches"] == 1, f"{rel}: {facts['searches']} search boxes"
+        if rel.startswith("labs/"):
+            tutorial = f"notebooks/{Path(rel).stem}.html"
+            assert page.locator(f"article a[href$='{tutorial}']").count() >= 1, f"{rel} does not link {tutorial}"
+    assert (ROOT / "notebooks" / "07_tf_data.ipynb").exists()
+
+
 @pytest.mark.browser
 def test_home_page_and_a_tutorial_in_a_browser(served):
     from tests.test_browser import CHROMIUM_ARGS, chromium, loopback_only, sync_playwright
@@ -288,6 +329,8 @@ def test_home_page_and_a_tutorial_in_a_browser(served):
             loopback_only(page, blocked)
             errors: list = []
             page.on("pageerror", lambda e: errors.append(str(e)))
+            console: list = []
+            page.on("console", lambda m: console.append(f"{m.type}: {m.text}"))
 
             page.goto(f"{served}/index.html")
             nav = page.locator("nav.bd-links a.reference.internal")
@@ -310,11 +353,16 @@ def test_home_page_and_a_tutorial_in_a_browser(served):
             assert launch.count() >= 1
             page.locator(".gpucourse-static, .admonition").first.scroll_into_view_if_needed()
             page.screenshot(path=str(ARTIFACTS / "site-tutorial.png"))
+            _check_layout_at_1400_px(page, served)
 
             page.goto(f"{served}/search.html?q=MirroredStrategy")
-            page.wait_for_selector("#search-results ul li a", timeout=30_000)
+            page.wait_for_selector("#search-results ul li p.context", timeout=30_000)
             hits = page.locator("#search-results ul li a").all_inner_texts()
             assert any("Distribution" in h or "04" in h for h in hits), f"search results: {hits}"
+            excerpt = page.locator("#search-results ul li p.context").first.inner_text()
+            assert "mirroredstrategy" in excerpt.lower() and "Light" not in excerpt and ".ipynb" not in excerpt[:12], \
+                f"the excerpt is not the article's text: {excerpt[:120]!r}"
+            assert not [m for m in console if "invalid theme mode" in m], console
             assert not blocked, f"a page tried to load from another site: {blocked}"
             assert not errors, f"JavaScript errors: {errors}"
         finally:
