@@ -167,6 +167,16 @@ def test_measure_peak_bytes():
         precision.measure_peak_bytes(lambda: None, 0)
 
 
+def test_measure_peak_bytes_without_cpu_statistics(fresh_python):
+    """oneDNN off: TensorFlow tracks no CPU allocator statistics, and the error says how to get them."""
+    out = fresh_python("from gpucourse import precision\n"
+                       "try:\n"
+                       "    precision.measure_peak_bytes(lambda: None, 'CPU:0')\n"
+                       "except ValueError as err:\n"
+                       "    print(err)\n", env={"TF_ENABLE_ONEDNN_OPTS": "0"})
+    assert "no allocator statistics for 'CPU:0'" in out and "TF_ENABLE_ONEDNN_OPTS=1" in out
+
+
 # --------------------------------------------------------------------------- speed
 
 
@@ -204,3 +214,102 @@ def test_compare_policies_pins_jit_compile(keras_f32, monkeypatch):
     assert seen == [False, "auto"]
 
 
+
+
+def test_compare_policies_takes_the_ceiling_that_applies(keras_f32):
+    keras = keras_f32
+    x, y = np.zeros((8, 8), np.float32), np.zeros(8, np.int32)
+    cmp = precision.compare_policies(lambda: _mlp(keras), x, y, policies=["float32", "mixed_float16"], warmup=1,
+                                     repeats=1, ceiling=8.0, ceiling_label="matmul-bound ceiling")
+    assert cmp.bound_s == pytest.approx(cmp["float32"].median_s / 8) and "matmul-bound ceiling" in cmp.table()
+    none = precision.compare_policies(lambda: _mlp(keras), x, y, policies=["float32"], warmup=1, repeats=1,
+                                      ceiling=None)
+    assert none.bound_s is None and "bound" not in none.table()
+    with pytest.raises(ValueError, match="ceiling"):
+        precision.compare_policies(lambda: _mlp(keras), x, y, policies=["float32"], ceiling=0)
+
+
+# --------------------------------------------------------------------------- speed-up ceilings
+
+T4 = {"device_type": "GPU", "device_name": "Tesla T4", "compute_capability": (7, 5)}
+A100 = {"device_type": "GPU", "device_name": "NVIDIA A100-SXM4-40GB", "compute_capability": (8, 0)}
+H100 = {"device_type": "GPU", "device_name": "NVIDIA H100 80GB HBM3", "compute_capability": (9, 0)}
+
+
+@pytest.mark.parametrize("device, policy, tf32, ceiling", [
+    (T4, "mixed_float16", True, 65 / 8.1),        # no TF32 on a T4: against plain float32, about 8x
+    (T4, "mixed_float16", False, 65 / 8.1),
+    (A100, "mixed_float16", True, 2.0),           # float32 already runs on TF32 Tensor Cores
+    (A100, "mixed_bfloat16", True, 2.0),
+    (A100, "mixed_float16", False, 312 / 19.5),   # TF32 off: against plain float32
+    (H100, "mixed_float16", True, 989.5 / 494.5),
+    ({"device_name": "Tesla V100-SXM2-16GB", "compute_capability": "7.0"}, "float16", True, 125 / 15.7),
+    ({"device_name": "NVIDIA L4"}, "mixed_bfloat16", True, 121 / 60),  # no cc given: the table's
+])
+def test_speedup_bound_of_a_gpu_is_its_data_sheet_ratio(device, policy, tf32, ceiling):
+    bound = precision.pick_speedup_bound(device, policy, tf32=tf32)
+    assert bound.matmul == pytest.approx(ceiling) and bound.memory == 2.0
+    assert bound.policy == policy and bound.device == device["device_name"]
+    assert "data sheet" in bound.reason and f"matmul-bound ceiling {ceiling:.1f}x" in str(bound)
+
+
+@pytest.mark.parametrize("device, policy, why", [
+    (T4, "mixed_bfloat16", "no bfloat16 Tensor Cores"),
+    ({"device_name": "NVIDIA GeForce GTX 1660 Ti", "compute_capability": (7, 5)}, "mixed_float16", "GTX 16xx"),
+    ({"device_name": "NVIDIA H200", "compute_capability": (9, 0)}, "mixed_float16", "no data-sheet row"),
+    # 'L4' must not match an L40S, nor 'A100' an A1000
+    ({"device_name": "NVIDIA L40S", "compute_capability": (8, 9)}, "mixed_float16", "no data-sheet row"),
+    ({"device_name": "NVIDIA RTX A1000", "compute_capability": (8, 6)}, "mixed_float16", "no data-sheet row"),
+    ({"device_name": "Quadro P5000", "compute_capability": (6, 1)}, "mixed_float16", "no float16 Tensor Cores"),
+])
+def test_speedup_bound_of_a_gpu_without_a_figure(device, policy, why):
+    bound = precision.pick_speedup_bound(device, policy, tf32=True)
+    assert bound.matmul is None and bound.memory == 2.0 and why in bound.reason
+    assert "matmul-bound ceiling unknown, memory-bound ceiling 2.0x" in str(bound)
+
+
+def test_speedup_bound_of_a_cpu():
+    plain = precision.pick_speedup_bound(None, "mixed_float16")  # None: a CPU without 16-bit units
+    assert (plain.device, plain.matmul, plain.memory) == ("CPU", 1.0, 2.0)
+    bf16_cpu = {"device_type": "CPU", "cpu_flags": ["avx512_bf16"]}
+    assert precision.pick_speedup_bound(bf16_cpu, "mixed_float16").matmul == 1.0  # bf16 units do not help float16
+    native = precision.pick_speedup_bound(bf16_cpu, "mixed_bfloat16")
+    assert native.matmul is None and "avx512_bf16" in native.reason
+    amx = {"device_type": "CPU", "cpu_flags": ("amx_fp16", "amx_bf16")}
+    assert precision.pick_speedup_bound(amx, "float16").matmul is None
+
+
+def test_speedup_bound_reads_tf32_only_when_it_matters(monkeypatch):
+    calls = []
+    monkeypatch.setattr(precision._hardware, "tf32_enabled", lambda: calls.append(1) or False)
+    assert precision.pick_speedup_bound(A100).matmul == pytest.approx(16.0)  # TensorFlow's switch, read: off
+    assert precision.pick_speedup_bound(None).matmul == 1.0                 # a CPU: not read
+    assert calls == [1]
+
+
+def test_speedup_bound_errors_name_the_argument():
+    with pytest.raises(ValueError, match="policy.*baseline"):
+        precision.pick_speedup_bound(T4, "float32")
+    with pytest.raises(ValueError, match="policy"):
+        precision.pick_speedup_bound(T4, "mixed_float8")
+    with pytest.raises(TypeError, match="device must be a dict"):
+        precision.pick_speedup_bound("T4")
+    with pytest.raises(ValueError, match="device_type"):
+        precision.pick_speedup_bound({"device_type": "TPU"})
+    with pytest.raises(TypeError, match="cpu_flags"):
+        precision.pick_speedup_bound({"device_type": "CPU", "cpu_flags": "avx512_bf16"})
+    with pytest.raises(TypeError, match="tf32"):
+        precision.pick_speedup_bound(A100, tf32="on")
+
+
+def test_describe_device_on_this_machine(monkeypatch):
+    monkeypatch.setattr(precision, "_cpu_flags", lambda: frozenset({"avx2", "fma", "amx_bf16", "avx512f"}))
+    described = precision.describe_device()
+    import tensorflow as tf
+
+    if tf.config.list_physical_devices("GPU"):
+        assert described["device_type"] == "GPU" and described["compute_capability"]
+    else:
+        assert described == {"device_type": "CPU", "cpu_flags": ("amx_bf16",)}
+    with pytest.raises(TypeError, match="index"):
+        precision.describe_device("0")

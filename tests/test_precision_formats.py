@@ -169,3 +169,42 @@ def test_matmul_error_table_orders_the_formats():
 def test_emulated_matmul_bad_input(a, b, match):
     with pytest.raises(ValueError, match=match):
         pf.emulated_matmul(a, b)
+
+
+def test_matmul_errors_are_the_table_and_input_rounding_dominates():
+    rng = np.random.default_rng(4)
+    a, b = rng.normal(size=(64, 256)), rng.normal(size=(256, 64))
+    errors = pf.matmul_errors(a, b)
+    assert list(errors) == ["float32", "tfloat32", "float16", "bfloat16"]
+    table = pf.matmul_error_table(a, b).splitlines()[1:]
+    assert [line.split() for line in table] == [[n, f"{m:.1e}", f"{x:.1e}"] for n, (m, x) in errors.items()]
+    # the 16-bit-mantissa rows come from rounding the inputs (half a unit roundoff, the same on every
+    # machine); float32's from the summation order of the BLAS library
+    for name in ("tfloat32", "float16", "bfloat16"):
+        u = pf.float_format(name).eps / 2
+        assert 0.3 * u < errors[name][0] < 0.7 * u, name
+    assert pf.power_of_ten(errors["tfloat32"][0] / errors["float32"][0]) == 3
+    with pytest.raises(ValueError, match="columns"):
+        pf.matmul_errors(np.ones((2, 3)), np.ones((2, 3)))
+
+
+@pytest.mark.parametrize("value, exponent", [(2.2e-4, -4), (1.5e-7, -7), (1.8e-3, -3), (1467.0, 3), (1.0, 0),
+                                             (2.0e-7, -7), (5e-7, -6), (0.1, -1)])
+def test_power_of_ten(value, exponent):
+    assert pf.power_of_ten(value) == exponent
+
+
+def test_power_of_ten_refuses_near_a_boundary():
+    boundary = 10 ** -6.5  # 3.16e-7: as near 1e-7 as 1e-6 on a log scale
+    with pytest.raises(ValueError, match="not the same on every machine"):
+        pf.power_of_ten(boundary * 1.1)
+    with pytest.raises(ValueError, match="boundary between 1e-7 and 1e-6"):
+        pf.power_of_ten(boundary / 1.1)
+    assert pf.power_of_ten(boundary / 1.1, margin=0.0) == -7  # no margin: plain rounding
+    assert pf.power_of_ten(boundary * 1.3) == -6  # a factor 1.3 = 0.11 decades away: kept
+    with pytest.raises(ValueError, match="value"):
+        pf.power_of_ten(0.0)
+    with pytest.raises(TypeError, match="value"):
+        pf.power_of_ten("1e-4")
+    with pytest.raises(ValueError, match="margin"):
+        pf.power_of_ten(1.0, margin=0.5)

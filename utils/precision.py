@@ -6,7 +6,9 @@ process-wide Keras policy and always restores the previous one;
 and warns about the classic mistakes (a float16 softmax output, float16
 weights); :func:`memory_by_policy` and :func:`measure_peak_bytes` estimate and
 measure the memory a policy saves; :func:`compare_policies` times one training
-step per policy side by side.
+step per policy side by side, and :func:`pick_speedup_bound` says the most
+that step can gain on a given device (a CPU, or a GPU by name and compute
+capability), so a measured speed-up is drawn beside the ceiling that applies.
 
 The rest of topic 05 lives in three modules, one job each, whose names are
 re-exported here so that notebooks write ``precision.<name>`` for all of them:
@@ -28,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -45,16 +48,28 @@ _OWN = [
     "LayerDTypes",
     "MemoryRow",
     "MemoryTable",
+    "SpeedupBound",
     "compare_policies",
+    "describe_device",
     "dtype_report",
     "measure_peak_bytes",
     "memory_by_policy",
+    "pick_speedup_bound",
     "policy_scope",
+    "CPU_16BIT_FLAGS",
+    "MEMORY_BOUND_SPEEDUP",
 ]
 __all__ = _OWN + list(_formats.__all__) + list(_hardware.__all__) + list(_scaling.__all__)
 
 #: The dtype policies Keras 3 accepts by name that this course uses.
 POLICIES = ("float32", "mixed_float16", "mixed_bfloat16", "float16", "bfloat16", "float64")
+
+#: The ceiling of a memory-bound step (elementwise ops, normalisation, optimizer updates): 16-bit
+#: activations move half the bytes, so at best the step takes half the time.
+MEMORY_BOUND_SPEEDUP = 2.0
+#: CPU feature flags (Linux /proc/cpuinfo names) that give a CPU native units for 16-bit matrix
+#: products, per dtype. Without them a CPU computes 16-bit matmuls on its float32 units.
+CPU_16BIT_FLAGS = {"float16": ("avx512_fp16", "amx_fp16"), "bfloat16": ("avx512_bf16", "amx_bf16")}
 
 
 # --------------------------------------------------------------------------- policies
@@ -290,8 +305,8 @@ def measure_peak_bytes(fn: Callable, device: str = "CPU:0") -> int:
     """Run ``fn()`` once and return the allocator's peak bytes on ``device`` during the call.
 
     Uses ``tf.config.experimental.reset_memory_stats`` and ``get_memory_info``,
-    which work for ``'CPU:0'`` and ``'GPU:0'``. Results are synced before the
-    peak is read.
+    which work for ``'GPU:0'`` and, with oneDNN on, for ``'CPU:0'`` (without it,
+    a ValueError that says so). Results are synced before the peak is read.
     """
     _validate.callable_("fn", fn)
     if _validate.text("device", device, "e.g. 'CPU:0' or 'GPU:0'").count(":") != 1:
@@ -300,7 +315,12 @@ def measure_peak_bytes(fn: Callable, device: str = "CPU:0") -> int:
 
     from .timing import sync
 
-    tf.config.experimental.reset_memory_stats(device)
+    try:
+        tf.config.experimental.reset_memory_stats(device)
+    except ValueError as err:
+        raise ValueError(f"TensorFlow keeps no allocator statistics for {device!r} in this process ({err}). On a "
+                         "CPU they need oneDNN: start Python with TF_ENABLE_ONEDNN_OPTS=1 (the setup cell sets it "
+                         "unless you set it to 0 yourself); on a GPU pass 'GPU:0'") from None
     sync(fn())
     return int(tf.config.experimental.get_memory_info(device)["peak"])
 
@@ -310,7 +330,8 @@ def measure_peak_bytes(fn: Callable, device: str = "CPU:0") -> int:
 
 def compare_policies(build_fn: Callable, x, y, loss: str | Callable = "sparse_categorical_crossentropy",
                      policies: Sequence[str] = ("float32", "mixed_float16", "mixed_bfloat16"),
-                     *, warmup: int = 2, repeats: int = 5, optimizer: str = "sgd", jit_compile: bool = False):
+                     *, warmup: int = 2, repeats: int = 5, optimizer: str = "sgd", jit_compile: bool = False,
+                     ceiling: float | None = MEMORY_BOUND_SPEEDUP, ceiling_label: str = "half-bytes bound"):
     """Time one ``train_on_batch`` per policy, side by side, with the first policy as the baseline.
 
     Each policy gets its own model (``build_fn()`` inside :func:`policy_scope`),
@@ -321,10 +342,12 @@ def compare_policies(build_fn: Callable, x, y, loss: str | Callable = "sparse_ca
     call would compare different things on the two. Pass ``"auto"`` or True to
     time what ``fit`` does on a GPU (topic 06 teaches XLA).
 
-    The returned :class:`gpucourse.timing.Comparison` has a bound: half the
-    baseline time, what halving every byte moved would give a purely
-    memory-bound step. Tensor Cores can beat it on large matmuls; a CPU
-    without float16 units does not reach it.
+    The returned :class:`gpucourse.timing.Comparison` has a bound: the
+    baseline time divided by ``ceiling``. The default, 2, is what halving
+    every byte moved gives a purely memory-bound step; a matmul-bound step
+    has another ceiling, which depends on the device (Tensor Cores reach 8x
+    on a T4, a CPU without 16-bit units 1x): pass
+    ``pick_speedup_bound(...).matmul`` for it, or ``ceiling=None`` for no bound.
     """
     from . import timing
 
@@ -332,6 +355,10 @@ def compare_policies(build_fn: Callable, x, y, loss: str | Callable = "sparse_ca
     policies = _policies(policies)
     if jit_compile not in (True, False, "auto"):
         raise ValueError(f"jit_compile must be True, False or 'auto', got {jit_compile!r}")
+    if ceiling is not None:
+        ceiling = _validate.real("ceiling", ceiling, 0.0, strict_min=True,
+                                 what="the most the step can speed up, e.g. 2.0; None for no bound")
+    _validate.text("ceiling_label", ceiling_label, "what the ceiling is, e.g. 'half-bytes bound'")
     candidates = {}
     for p in policies:
         with policy_scope(p):
@@ -339,4 +366,139 @@ def compare_policies(build_fn: Callable, x, y, loss: str | Callable = "sparse_ca
             model.compile(optimizer=optimizer, loss=loss, jit_compile=jit_compile)
         candidates[p] = (lambda m: (lambda: m.train_on_batch(x, y)))(model)
     cmp = timing.compare(candidates, warmup=warmup, repeats=repeats, baseline=policies[0])
-    return dataclasses.replace(cmp, bound_s=cmp[policies[0]].median_s / 2, bound_label="half-bytes bound")
+    if ceiling is None:
+        return cmp
+    return dataclasses.replace(cmp, bound_s=cmp[policies[0]].median_s / ceiling, bound_label=ceiling_label)
+
+
+# --------------------------------------------------------------------------- speed-up ceilings
+
+
+
+@dataclass(frozen=True)
+class SpeedupBound:
+    """The most a 16-bit policy can speed a training step up on one device, by what limits the step.
+
+    ``matmul`` is the ceiling of a matmul-bound step (``None``: no figure is
+    known, and ``reason`` says why); ``memory`` that of a memory-bound step.
+    A step that mixes both is bounded by the larger of the two.
+    """
+
+    device: str
+    policy: str
+    matmul: float | None
+    memory: float
+    reason: str
+
+    def __str__(self) -> str:
+        matmul = "unknown" if self.matmul is None else f"{self.matmul:.1f}x"
+        return (f"{self.policy} on {self.device}: matmul-bound ceiling {matmul}, memory-bound ceiling "
+                f"{self.memory:.1f}x ({self.reason})")
+
+
+def _cpu_flags() -> frozenset:
+    """The CPU's feature flags as Linux lists them in /proc/cpuinfo; empty elsewhere (unknown)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return frozenset(line.partition(":")[2].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def describe_device(index: int = 0) -> dict:
+    """What :func:`pick_speedup_bound` needs to know about this machine's device.
+
+    With a GPU: ``{"device_type": "GPU", "device_name": ..., "compute_capability": (major, minor)}``
+    (TensorFlow's ``get_device_details`` of physical GPU ``index``). Without:
+    ``{"device_type": "CPU", "cpu_flags": (...)}``, the CPU's 16-bit matrix
+    flags among :data:`CPU_16BIT_FLAGS` (read from /proc/cpuinfo on Linux).
+    """
+    index = _validate.whole("index", index, 0, what="a GPU number, 0 for the first")
+    tf = _tf.tf()
+    gpus = tf.config.list_physical_devices("GPU")
+    if index < len(gpus):
+        details = tf.config.experimental.get_device_details(gpus[index])
+        return {"device_type": "GPU", "device_name": details.get("device_name"),
+                "compute_capability": details.get("compute_capability")}
+    wanted = {flag for flags in CPU_16BIT_FLAGS.values() for flag in flags}
+    return {"device_type": "CPU", "cpu_flags": tuple(sorted(_cpu_flags() & wanted))}
+
+
+def _peaks_row(name: str | None):
+    """The :data:`GPU_PEAKS` row whose name is a word of the GPU's ``name`` ('NVIDIA A100-SXM4-40GB' -> A100)."""
+    if not name:
+        return None
+    for key, row in _hardware.GPU_PEAKS.items():
+        if re.search(rf"(?<![A-Za-z0-9]){re.escape(key)}(?![A-Za-z0-9])", name, re.I):
+            return row
+    return None
+
+
+def pick_speedup_bound(device=None, policy: str = "mixed_float16", *, tf32: bool | None = None) -> SpeedupBound:
+    """The ceiling of a training step's speed-up under ``policy`` on ``device``, against float32.
+
+    ``device`` describes the machine as :func:`describe_device` does (None: a
+    CPU without 16-bit matrix units). On a GPU the matmul-bound ceiling is the
+    data sheet's ratio (:data:`GPU_PEAKS`): the 16-bit Tensor Core peak over
+    the float32 baseline's, which is TF32 Tensor Cores on compute capability
+    8.0 and later while ``tf32`` is on (default: TensorFlow's switch), plain
+    float32 otherwise. So about 8x on a T4, 2x on an A100 or H100 (16x with
+    TF32 off). On a CPU without native 16-bit units (:data:`CPU_16BIT_FLAGS`)
+    the 16-bit matmuls run on the float32 units, so 1x; with them, and for a
+    GPU with no data-sheet row or no Tensor Cores for the dtype, no matmul
+    figure is known here (``matmul=None``). The memory-bound ceiling is 2x
+    everywhere.
+    """
+    if policy not in POLICIES or policy in ("float32", "float64"):
+        _validate.text("policy", policy, "a 16-bit policy like 'mixed_float16'")
+        raise ValueError(f"policy must be a 16-bit policy (mixed_float16, mixed_bfloat16, float16 or bfloat16), "
+                         f"got {policy!r}: float32 is the baseline the speed-up is measured against")
+    dtype = policy.replace("mixed_", "")
+    if device is None:
+        device = {"device_type": "CPU", "cpu_flags": ()}
+    _validate.mapping("device", device, "{'device_type': 'GPU', 'device_name': 'Tesla T4', "
+                                        "'compute_capability': (7, 5)} (see describe_device())")
+    kind = device.get("device_type", "GPU" if {"device_name", "compute_capability"} & set(device) else "CPU")
+    _validate.one_of("device['device_type']", kind, ("CPU", "GPU"))
+
+    def bound(label, matmul, reason):
+        return SpeedupBound(label, policy, matmul, MEMORY_BOUND_SPEEDUP, reason)
+
+    if kind == "CPU":
+        flags = device.get("cpu_flags", ())
+        if isinstance(flags, str):
+            raise TypeError(f"device['cpu_flags'] must be a list of flag names like ['avx512_bf16'], got {flags!r}")
+        native = sorted(set(flags) & set(CPU_16BIT_FLAGS[dtype]))
+        if native:
+            return bound("CPU", None, f"this CPU has {', '.join(native)}: oneDNN can run {dtype} matmuls on "
+                                      "them, and no data sheet here says how much faster")
+        return bound("CPU", 1.0, f"no {dtype} matrix units ({' or '.join(CPU_16BIT_FLAGS[dtype])}): the "
+                                 f"{dtype} matmuls run on the float32 units, plus the casts")
+    name = device.get("device_name")
+    if name is not None:
+        _validate.text("device['device_name']", name, "the GPU's name, e.g. 'Tesla T4'")
+    label = name or "GPU"
+    why_not = _hardware.lacks_tensor_cores(name)
+    if why_not:
+        return bound(label, None, why_not)
+    cc = device.get("compute_capability")
+    row = _peaks_row(name)
+    if cc is None and row is not None:
+        cc = row.cc
+    if cc is not None and not _hardware.tensor_core_support(cc)[dtype]:
+        return bound(label, None, "compute capability {}.{} has no {} Tensor Cores: {} runs on ordinary "
+                                  "units there".format(*_hardware.parse_compute_capability(cc), dtype, dtype))
+    if row is None:
+        return bound(label, None, f"no data-sheet row for {label!r} in GPU_PEAKS ({', '.join(_hardware.GPU_PEAKS)})")
+    if tf32 is None:
+        tf32 = _hardware.tf32_enabled()
+    if not isinstance(tf32, bool):
+        raise TypeError(f"tf32 must be True, False or None (read TensorFlow's switch), got {tf32!r}")
+    base_is_tf32 = tf32 and row.tfloat32 is not None
+    base = row.tfloat32 if base_is_tf32 else row.float32
+    return bound(label, _hardware.peak_speedup(row.name, dtype, tf32),
+                 f"{row.name} data sheet: {dtype} Tensor Cores {row.peak(dtype):g} TFLOPS over "
+                 f"{'TF32 Tensor Cores' if base_is_tf32 else 'plain float32'} {base:g} TFLOPS")

@@ -11,10 +11,13 @@ what rounding to them does to concrete numbers and to a matrix product.
   Ampere and later GPUs read float32 matmul and convolution inputs: 8 exponent
   bits like float32, 10 mantissa bits like float16. It works on float32 bit
   patterns, so it is exact and unit-tested against them.
-* :func:`emulated_matmul` and :func:`matmul_error_table` multiply matrices
-  whose inputs were rounded to a format and accumulate in float32, which is
-  what Tensor Cores do, so the precision effect of TF32 (or float16, bfloat16)
-  can be seen on a CPU.
+* :func:`emulated_matmul`, :func:`matmul_errors` and :func:`matmul_error_table`
+  multiply matrices whose inputs were rounded to a format and accumulate in
+  float32, which is what Tensor Cores do, so the precision effect of TF32 (or
+  float16, bfloat16) can be seen on a CPU.
+* :func:`power_of_ten` rounds a measured error to its nearest power of ten and
+  refuses when the value sits near the boundary between two, so that a
+  statement printed from it is the same on every machine.
 
 NumPy only: importing this module never imports TensorFlow.
 """
@@ -37,6 +40,8 @@ __all__ = [
     "float_format",
     "format_table",
     "matmul_error_table",
+    "matmul_errors",
+    "power_of_ten",
     "round_to",
     "round_to_tf32",
 ]
@@ -276,21 +281,55 @@ def emulated_matmul(a, b, inputs: str = "tfloat32"):
     return ra @ rb
 
 
-def matmul_error_table(a, b, inputs: Sequence[str] = ("float32", "tfloat32", "float16", "bfloat16")) -> str:
-    """Relative error of :func:`emulated_matmul` per input format, against a float64 product.
+def matmul_errors(a, b, inputs: Sequence[str] = ("float32", "tfloat32", "float16", "bfloat16")) -> dict:
+    """``{format: (median, max)}``: relative error of :func:`emulated_matmul` per input format.
 
-    Reports the median and the largest relative error over the entries of
-    ``a @ b`` (entries near 0 are measured against the matrix's typical size,
-    so a cancellation does not blow the ratio up).
+    Measured against the float64 product ``a @ b``; entries near 0 are
+    measured against the matrix's typical size, so a cancellation does not
+    blow the ratio up. The float32 row depends on the order in which the
+    BLAS library sums (it picks kernels by CPU), so it differs in its second
+    digit between machines; the rows of formats with fewer mantissa bits are
+    dominated by the rounding of the inputs, which is the same everywhere.
     """
     import numpy as np
 
     a, b = _matrix("a", a), _matrix("b", b)
+    if a.shape[1] != b.shape[0]:
+        raise ValueError(f"cannot multiply a {a.shape} matrix by a {b.shape} matrix: a's columns must equal "
+                         "b's rows")
     exact = a @ b
     scale = np.maximum(np.abs(exact), np.median(np.abs(exact)))
-    rows = [["inputs", "median rel. error", "max rel. error"]]
+    errors = {}
     for name in _names(inputs, "inputs"):
         with np.errstate(over="ignore", invalid="ignore"):
             err = np.abs(emulated_matmul(a, b, name).astype(np.float64) - exact) / scale
-        rows.append([name, f"{np.median(err):.1e}", f"{np.max(err):.1e}"])
+        errors[name] = (float(np.median(err)), float(np.max(err)))
+    return errors
+
+
+def matmul_error_table(a, b, inputs: Sequence[str] = ("float32", "tfloat32", "float16", "bfloat16")) -> str:
+    """:func:`matmul_errors` as a table: the median and the largest relative error per input format."""
+    rows = [["inputs", "median rel. error", "max rel. error"]]
+    rows += [[name, f"{median:.1e}", f"{largest:.1e}"] for name, (median, largest) in matmul_errors(a, b, inputs).items()]
     return _aligned(rows)
+
+
+def power_of_ten(value, margin: float = 0.1) -> int:
+    """The exponent of the power of ten nearest to ``value`` on a log scale (``2.2e-4`` -> ``-4``).
+
+    A measured error varies a little between machines (another CPU sums in
+    another order). Its nearest power of ten does not, unless the value lies
+    near the boundary between two (``10**(k + 0.5)``): then this raises
+    ``ValueError`` rather than return an exponent that another machine would
+    round the other way. ``margin`` is the distance kept from the boundary, in
+    decades (0.1 = a factor of 1.26).
+    """
+    value = _validate.real("value", value, 0.0, strict_min=True, what="a positive measurement, e.g. an error")
+    margin = _validate.real("margin", margin, 0.0, 0.49, what="decades kept from a rounding boundary")
+    log = math.log10(value)
+    exponent = round(log)
+    if abs(log - exponent) > 0.5 - margin:
+        raise ValueError(f"value {value:.2g} lies within {margin:g} decades of the boundary between 1e{math.floor(log)} "
+                         f"and 1e{math.floor(log) + 1}: its nearest power of ten is not the same on every machine. "
+                         "Print the value itself in an unchecked cell, or state a coarser fact about it")
+    return exponent
