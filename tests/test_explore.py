@@ -49,20 +49,36 @@ def test_widgets_update_on_change_and_show_errors():
     box = ex._build(__import__("ipywidgets"))
     status = box.children[0]
     assert "gpucourse-explorer" in box._dom_classes and "update 1" in status.value
-    slider_widget = box.children[1].children[0]
+    slider_widget = ex.inputs["n"]
+    assert box.children[1].children[0].children == (box.children[1].children[0].children[0], slider_widget)
     slider_widget.value = 9
     assert "update 2" in status.value and "n=9" in status.value
     assert explore.state_of("t-widget")["n"] == 9
+
+
+def test_labels_sit_above_controls_of_one_width_in_a_grid():
+    """A label beside a slider squeezed its track to 1 px: labels go above, every control is CONTROL_WIDTH wide."""
+    w = pytest.importorskip("ipywidgets")
+    ex = Explorer("t-layout", _update, [slider("n", 1, 10, 4, label="a long label " * 5), checkbox("on", True),
+                                        dropdown("mode", ["a", "b"])])
+    box = ex._build(w)
+    grid = box.children[1]
+    assert isinstance(grid, w.GridBox) and explore.CONTROL_WIDTH in grid.layout.grid_template_columns
+    slider_cell = grid.children[0]
+    label, ctl = slider_cell.children
+    assert "a long label" in label.value and ctl is ex.inputs["n"]
+    assert ctl.description == "" and ctl.layout.width == explore.CONTROL_WIDTH
+    assert ex.inputs["mode"].layout.width == explore.CONTROL_WIDTH
+    assert grid.children[1] is ex.inputs["on"] and ex.inputs["on"].description == "on"
 
 
 def test_manual_explorer_updates_on_run_only():
     pytest.importorskip("ipywidgets")
     ex = _explorer("t-manual", manual=True)
     box = ex._build(__import__("ipywidgets"))
-    rows = box.children[1].children
-    rows[0].value = 2
+    ex.inputs["n"].value = 2
     assert ex.updates == 1  # not re-run by the slider
-    rows[-1].click()
+    ex.inputs["Run"].click()
     assert ex.updates == 2 and "n=2" in box.children[0].value
 
 

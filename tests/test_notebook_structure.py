@@ -182,3 +182,19 @@ def test_version_warnings(monkeypatch, version, warns):
     if warns:
         with pytest.warns(UserWarning, match="ipywidgets"):
             colab.check_versions()
+
+
+def test_the_setup_cell_imports_tensorflow_without_its_start_up_noise():
+    """The red lines TensorFlow prints while it is imported (absl's notice, oneDNN's INFO line) are dropped;
+    TF_CPP_MIN_LOG_LEVEL cannot hide them, since they come before TensorFlow's logging is set up."""
+    code = "from gpucourse import colab; colab.quiet_import(); import tensorflow as tf; print(tf.__version__)"
+    from tests.conftest import run_python
+
+    proc = run_python(code, env={"TF_CPP_MIN_LOG_LEVEL": "0", "TF_ENABLE_ONEDNN_OPTS": "1"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    noise = [n for n in colab.IMPORT_NOISE if n in proc.stderr]
+    assert not noise, f"still printed: {noise}\n{proc.stderr[-2000:]}"
+    kept = colab.drop_import_noise("WARNING: All log messages before absl::InitializeLog() is called are written "
+                                   "to STDERR\nI0000 port.cc:153] oneDNN custom operations are on.\n\n"
+                                   "E0000 something else\n")
+    assert kept == "E0000 something else", "a line that is not known noise must stay visible"

@@ -26,7 +26,7 @@ import warnings
 # imported directly below, inside functions, which keeps them as lazy as gpucourse._tf does.
 
 __all__ = ["REPO", "BRANCH", "SETUP_CELL", "TESTED", "badge", "colab_url", "kaggle_url", "check_versions",
-           "in_colab", "in_kaggle", "platform", "require_gpu_if_asked", "setup", "version_problems"]
+           "in_colab", "in_kaggle", "platform", "IMPORT_NOISE", "drop_import_noise", "quiet_import", "require_gpu_if_asked", "setup", "version_problems"]
 
 #: Packages the setup cell installs *with* their dependencies: none of them may pull in TensorFlow,
 #: Keras or ipywidgets (tests/test_notebook_structure.py checks their metadata). The same pip command
@@ -113,6 +113,51 @@ def allow_gpu_memory_growth() -> bool:
     return True
 
 
+#: Lines TensorFlow's C++ libraries write to stderr while TensorFlow and Keras are imported, before its
+#: logging is set up (so ``TF_CPP_MIN_LOG_LEVEL`` cannot hide them), none of them a problem. In a
+#: notebook they show in red, each twice (two libraries print them), and read as "something broke".
+#: :func:`quiet_import` drops these and passes anything else on.
+IMPORT_NOISE = (
+    "All log messages before absl::InitializeLog() is called are written to STDERR",  # absl: logging not set up
+    "oneDNN custom operations are on",  # INFO: oneDNN on (the setup cell turns it on, for memory statistics)
+    "This TensorFlow binary is optimized to use available CPU instructions",  # INFO: the wheel's CPU baseline
+    "To enable the following instructions:",  # the second line of the one above
+    "Unable to register cuDNN factory", "Unable to register cuBLAS factory",  # GPU wheels: a plugin loaded twice
+    "Unable to register cuFFT factory", "computation placer already registered",
+)
+
+
+def quiet_import() -> None:
+    """Import TensorFlow and Keras with :data:`IMPORT_NOISE` removed from what they print to stderr.
+
+    The lines come from C++ code, below Python's ``sys.stderr``, so they are caught at the file
+    descriptor (``wurlitzer``); any other line is printed again. Without ``wurlitzer`` (Windows),
+    a plain import.
+    """
+    if "tensorflow" in sys.modules and "keras" in sys.modules:
+        return
+    try:
+        from wurlitzer import pipes
+    except ImportError:
+        import keras  # noqa: F401
+        import tensorflow  # noqa: F401
+        return
+    with pipes() as (out, err):
+        import keras  # noqa: F401
+        import tensorflow  # noqa: F401
+    text = out.read()
+    if text:
+        sys.stdout.write(text)
+    kept = drop_import_noise(err.read())
+    if kept:
+        print(kept, file=sys.stderr)
+
+
+def drop_import_noise(text: str) -> str:
+    """``text`` without the lines of :data:`IMPORT_NOISE` (and blank lines)."""
+    return "\n".join(ln for ln in text.splitlines() if ln.strip() and not any(n in ln for n in IMPORT_NOISE))
+
+
 def setup() -> None:
     """What the setup cell does after installing: memory growth on, oneDNN on, then :func:`check_versions`.
 
@@ -123,6 +168,7 @@ def setup() -> None:
     """
     allow_gpu_memory_growth()
     os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
+    quiet_import()
     check_versions()
     require_gpu_if_asked()
 

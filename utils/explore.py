@@ -33,13 +33,18 @@ area ``gpucourse-explorer-output``.
 
 from __future__ import annotations
 
+import html
 import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from . import _validate
 
-__all__ = ["Control", "Explorer", "View", "checkbox", "dropdown", "slider", "state_of"]
+__all__ = ["CONTROL_WIDTH", "Control", "Explorer", "View", "checkbox", "dropdown", "slider", "state_of"]
+
+#: The width of every slider and dropdown, its label above it: a slider's track keeps at least
+#: 150 px beside its readout (the browser test measures it), and a grid puts as many per row as fit.
+CONTROL_WIDTH = "320px"
 
 #: Last values of every explorer shown in this kernel, by name (what survives re-running a cell).
 _STATE: dict[str, dict[str, Any]] = {}
@@ -155,6 +160,7 @@ class Explorer:
         self.presets = [self._merge(p) for p in presets]
         self.updates = 0
         self.widget = None
+        self.inputs: dict = {}  # the built controls by name (after show())
 
     # ------------------------------------------------------------------ values
 
@@ -224,25 +230,36 @@ class Explorer:
         return views
 
     def _make_control(self, w, c: Control):
-        common = dict(description=c.label, style={"description_width": "initial"})
+        """``(control, cell)``: the control, and the grid cell that shows it under its label.
+
+        A label beside a slider takes the room of its track (a long one left 1 px to drag), so every
+        label sits above its control, and every control gets :data:`CONTROL_WIDTH`.
+        """
         if c.kind == "bool":
-            ctl = w.Checkbox(value=c.value, **common)
-        elif c.kind == "choice":
-            ctl = w.Dropdown(options=list(c.options), value=c.value, **common)
+            ctl = w.Checkbox(value=c.value, description=c.label, indent=False, layout=w.Layout(width="auto"))
+            ctl.add_class("gpucourse-explorer-control")
+            return ctl, ctl
+        layout = w.Layout(width=CONTROL_WIDTH)
+        if c.kind == "choice":
+            ctl = w.Dropdown(options=list(c.options), value=c.value, layout=layout)
         elif c.kind == "int":
             ctl = w.IntSlider(value=c.value, min=int(c.low), max=int(c.high), step=int(c.step),
-                              continuous_update=False, **common)
+                              continuous_update=False, layout=layout)
         else:
             ctl = w.FloatSlider(value=c.value, min=c.low, max=c.high, step=c.step, continuous_update=False,
-                                readout_format=".3g", **common)
+                                readout_format=".3g", layout=layout)
         ctl.add_class("gpucourse-explorer-control")
-        return ctl
+        label = w.HTML(value=html.escape(c.label))
+        label.add_class("gpucourse-explorer-label")
+        return ctl, w.VBox([label, ctl])
 
     def _build(self, w):
         import matplotlib.pyplot as plt
 
         current = self.values
-        ctls = {c.name: self._make_control(w, c) for c in self.controls}
+        made = {c.name: self._make_control(w, c) for c in self.controls}
+        ctls = {name: ctl for name, (ctl, _) in made.items()}
+        self.inputs = ctls  # by control name, for tests and for code that drives the explorer
         for c in self.controls:
             ctls[c.name].value = current[c.name]
         status = w.HTML(value="")
@@ -265,16 +282,20 @@ class Explorer:
                     plt.close(view.figure)
             status.value = f"<b>{self.title}</b> (update {self.updates}): {view.text.splitlines()[0]}"
 
-        rows = list(ctls.values())
+        cells = [cell for _, cell in made.values()]
         if self.manual:
             button = w.Button(description="Run")
             button.add_class("gpucourse-explorer-control")
             button.on_click(refresh)
-            rows.append(button)
+            self.inputs = {**ctls, "Run": button}
+            cells.append(button)
         else:
             for ctl in ctls.values():
                 ctl.observe(refresh, names="value")
-        box = w.VBox([status, w.VBox(rows), out])
+        grid = w.GridBox(cells, layout=w.Layout(
+            grid_template_columns=f"repeat(auto-fill, minmax({CONTROL_WIDTH}, 1fr))", grid_gap="6px 24px",
+            align_items="flex-end", width="100%"))
+        box = w.VBox([status, grid, out])
         box.add_class("gpucourse-explorer")
         refresh()
         return box
