@@ -66,7 +66,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Mapping
 
-__all__ = ["Fail", "ItemResult", "ItemTimeout", "ItemSpec", "Namespace", "Observed", "expect_raised", "expect_raises",
+__all__ = ["Fail", "ItemResult", "ItemTimeout", "ItemSpec", "Namespace", "NotDefined", "Observed", "expect_raised", "expect_raises",
            "is_split", "item", "items_in", "judge_item", "lab_ids", "lab_test_path", "load_test_file",
            "load_test_source", "make_cases", "observe_item", "outcome", "plain", "round_trip", "run_item",
            "score_table"]
@@ -209,6 +209,10 @@ def _short(value, limit: int = 200) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
+class NotDefined(NotImplementedError):
+    """The learner has not run (or written) the cell that defines a name yet: the item is not attempted."""
+
+
 class Namespace:
     """Read-only view of the learner's notebook variables, with learner-facing errors."""
 
@@ -221,7 +225,8 @@ class Namespace:
     def value(self, name: str):
         """The variable ``name``; fails with a hint if the learner has not defined it."""
         if name not in self._ns:
-            raise Fail(f"`{name}` is not defined. Run the cell that defines it (and the cells above it) first.")
+            raise NotDefined(f"Not attempted: `{name}` is not defined yet. Run the cell above first (the one that "
+                             f"defines `{name}`, and the cells before it).")
         return self._ns[name]
 
     def function(self, name: str) -> Callable:
@@ -333,6 +338,8 @@ def _classify(call: Callable[[], object], test_file: str | None, timeout_s) -> t
         raise
     except ItemTimeout:
         return "error", _timeout_message(timeout_s)
+    except NotDefined as exc:
+        return "todo", str(exc)
     except NotImplementedError:
         return "todo", _TODO_MESSAGE
     except AssertionError as exc:  # Fail is an AssertionError
