@@ -1,0 +1,244 @@
+"""python -m gpucourse.train_multiworker on three cluster sources, 2 workers on 127.0.0.1, and the templates.
+
+One reference run with TF_CONFIG (module fixture); then the same job as SLURM would start it (the
+variables srun sets for a 2-task step on one node, a stub scontrol on PATH, the real
+SlurmClusterResolver) -- first with worker 1 killed after step 2, then restarted from the checkpoint
+-- and as a Kubernetes Indexed Job would (the environment read from docs/clusters/k8s_indexed_job.yaml,
+JOB_COMPLETION_INDEX per pod, the pod names pointed at 127.0.0.1 ports with TRAIN_HOST_MAP). All end
+with the chief's final weights file equal to the reference's. Every launch has a timeout.
+"""
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from gpucourse import clusters, multiworker
+
+ROOT = Path(__file__).resolve().parent.parent
+MANIFEST = ROOT / "docs" / "clusters" / "k8s_indexed_job.yaml"
+SBATCH = ROOT / "docs" / "clusters" / "slurm_multiworker.sbatch"
+ARGS = ["--steps", "4", "--per-replica-batch", "8", "--seed", "3", "--save-every", "1"]
+TIMEOUT = 120
+_CLUSTER_VARS = re.compile(r"^(TF_CONFIG|SLURM.*|JOB_COMPLETION_INDEX|TRAIN_.*|CUDA_VISIBLE_DEVICES)$")
+
+
+def _base_env() -> dict:
+    env = {k: v for k, v in os.environ.items() if not _CLUSTER_VARS.match(k)}
+    return {**env, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": "-1"}
+
+
+def _launch(envs, ckpt: Path, weights: Path, logs: Path, extra=None, more=(), timeout=TIMEOUT):
+    """Start one worker per env; wait for all. Like srun --kill-on-bad-exit: one failing kills the rest.
+
+    Returns ({index: exit code}, {index: log text}).
+    """
+    logs.mkdir(parents=True, exist_ok=True)
+    procs, files = {}, []
+    try:
+        for i, env in enumerate(envs):
+            f = open(logs / f"worker{i}.log", "w")
+            files.append(f)
+            cmd = [sys.executable, "-m", "gpucourse.train_multiworker", *ARGS, "--checkpoint-dir", str(ckpt),
+                   "--weights-out", str(weights), *more, *((extra or {}).get(i, []))]
+            procs[i] = subprocess.Popen(cmd, env=env, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout
+        while any(p.poll() is None for p in procs.values()):
+            if any(p.poll() not in (None, 0) for p in procs.values()) or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+            p.wait(timeout=10)
+        for f in files:
+            f.close()
+    return ({i: p.returncode for i, p in procs.items()},
+            {i: (logs / f"worker{i}.log").read_text(errors="replace") for i in procs})
+
+
+def _results(logs: dict) -> list[dict]:
+    out = []
+    for i, text in sorted(logs.items()):
+        lines = [ln for ln in text.splitlines() if ln.startswith(multiworker.RESULT_MARK)]
+        assert lines, f"worker {i} printed no result:\n{text[-3000:]}"
+        out.append(json.loads(lines[-1][len(multiworker.RESULT_MARK):]))
+    return out
+
+
+def _ok(codes, logs):
+    assert all(c == 0 for c in codes.values()), "\n".join(f"worker {i} exit {c}:\n{logs[i][-2500:]}"
+                                                           for i, c in codes.items() if c != 0)
+    return _results(logs)
+
+
+def _consecutive_free_ports() -> int:
+    """A port p with p and p + 1 free on 127.0.0.1 (SlurmClusterResolver gives task k of a node base + k)."""
+    for _ in range(50):
+        base = multiworker.free_ports(1)[0]
+        if base >= 65535:
+            continue
+        try:
+            with socket.socket() as a, socket.socket() as b:
+                a.bind(("127.0.0.1", base))
+                b.bind(("127.0.0.1", base + 1))
+            return base
+        except OSError:
+            continue
+    pytest.skip("no two consecutive free ports on 127.0.0.1")
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The TF_CONFIG run: 2 workers, 4 steps. Returns (final weights, results)."""
+    tmp = tmp_path_factory.mktemp("tf_config")
+    ports = multiworker.free_ports(2)
+    envs = [{**_base_env(), "TF_CONFIG": multiworker.tf_config(ports, i)} for i in range(2)]
+    codes, logs = _launch(envs, tmp / "ckpt", tmp / "final.npy", tmp / "logs")
+    results = _ok(codes, logs)
+    assert all("cluster source: TF_CONFIG (task worker" in logs[i] for i in range(2))
+    assert [r["start_step"] for r in results] == [0, 0] and results[0]["chief"] and not results[1]["chief"]
+    assert results[0]["weights"] == results[1]["weights"], "the two workers must end with the same weights"
+    return np.load(tmp / "final.npy"), results
+
+
+def test_slurm_step_trains_to_the_same_weights_and_restarts_from_its_checkpoint(reference, tmp_path):
+    want, ref = reference
+    stub = tmp_path / "bin"
+    stub.mkdir()
+    (stub / "scontrol").write_text(f"#!/bin/sh\necho \"$@\" >> {tmp_path}/scontrol-calls\necho localhost\n")
+    (stub / "scontrol").chmod(0o755)
+    base = _consecutive_free_ports()
+    step = {"SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "0", "SLURM_NTASKS": "2", "SLURM_STEP_NUM_TASKS": "2",
+            "SLURM_NNODES": "1", "SLURM_STEP_NUM_NODES": "1", "SLURM_NODEID": "0", "SLURMD_NODENAME": "localhost",
+            "SLURM_JOB_NODELIST": "localhost", "SLURM_STEP_NODELIST": "localhost", "SLURM_TASKS_PER_NODE": "2",
+            "SLURM_STEP_TASKS_PER_NODE": "2"}
+    envs = [{**_base_env(), **step, "SLURM_PROCID": str(i), "SLURM_LOCALID": str(i),
+             "PATH": f"{stub}:{os.environ['PATH']}"} for i in range(2)]
+    ckpt, weights = tmp_path / "ckpt", tmp_path / "final.npy"
+    # Attempt 1: worker 1 dies (SIGKILL) after step 2; the launcher then stops worker 0, as srun -K does.
+    port = ["--slurm-port-base", str(base)]
+    codes, logs = _launch(envs, ckpt, weights, tmp_path / "logs1", extra={1: ["--fail-at-step", "2"]}, more=port)
+    assert codes[1] == -signal.SIGKILL, logs[1][-2000:]
+    saved = multiworker.list_checkpoints(ckpt)
+    assert saved and saved[-1] <= 2 and not weights.exists(), saved  # step 3 needs worker 1: never reached
+    # Attempt 2: the same step again; both workers resume from the chief's last checkpoint (step 2, or 1 if
+    # the chief was stopped while still writing step 2's).
+    codes, logs = _launch(envs, ckpt, weights, tmp_path / "logs2", more=port)
+    results = _ok(codes, logs)
+    for i in range(2):
+        assert f"cluster source: SLURM (SlurmClusterResolver: SLURM_PROCID={i}" in logs[i]
+        assert f'TF_CONFIG={{"cluster": {{"worker": ["localhost:{base}", "localhost:{base + 1}"]}}' in logs[i]
+    assert [r["start_step"] for r in results] == [saved[-1]] * 2
+    assert results[0]["losses"] == pytest.approx(ref[0]["losses"][saved[-1]:], rel=1e-5)
+    np.testing.assert_allclose(np.load(weights), want, rtol=1e-5, atol=1e-6)
+    calls = (tmp_path / "scontrol-calls").read_text().split("\n") if (tmp_path / "scontrol-calls").exists() else []
+    assert all(c in ("", "show hostnames localhost") for c in calls), calls
+
+
+def _manifest():
+    docs = list(yaml.safe_load_all(MANIFEST.read_text()))
+    by_kind = {d["kind"]: d for d in docs if d}
+    return by_kind["Service"], by_kind["Job"]
+
+
+def _pod_env(job: dict, index: int) -> dict:
+    """The environment Kubernetes gives pod ``index`` of the Job: the manifest's env (fieldRefs resolved) + the index."""
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    labels = {"job-name": job["metadata"]["name"], "batch.kubernetes.io/job-name": job["metadata"]["name"]}
+    env = {}
+    for e in container["env"]:
+        if "value" in e:
+            env[e["name"]] = e["value"]
+        else:
+            path = e["valueFrom"]["fieldRef"]["fieldPath"]
+            m = re.fullmatch(r"metadata\.labels\['([^']+)'\]", path)
+            assert m and m.group(1) in labels, f"unexpected fieldRef {path}"
+            env[e["name"]] = labels[m.group(1)]
+    return {**env, "JOB_COMPLETION_INDEX": str(index), "HOSTNAME": f"{job['metadata']['name']}-{index}"}
+
+
+def test_kubernetes_indexed_job_trains_to_the_same_weights(reference, tmp_path):
+    want, _ = reference
+    _, job = _manifest()
+    n = int(job["spec"]["completions"])
+    ports = multiworker.free_ports(n)
+    pods = [_pod_env(job, i) for i in range(n)]
+    names = clusters.read_kubernetes(pods[0]).cluster["worker"]  # <job>-<i>.<service>:<port>, as in the cluster
+    host_map = ",".join(f"{addr.rsplit(':', 1)[0]}=127.0.0.1:{p}" for addr, p in zip(names, ports))
+    envs = [{**_base_env(), **pod, "TRAIN_HOST_MAP": host_map} for pod in pods]
+    codes, logs = _launch(envs, tmp_path / "ckpt", tmp_path / "final.npy", tmp_path / "logs")
+    results = _ok(codes, logs)
+    for i in range(n):
+        assert f"cluster source: Kubernetes (Indexed Job: JOB_COMPLETION_INDEX={i}, TRAIN_NUM_WORKERS={n}" in logs[i]
+    assert [r["index"] for r in results] == list(range(n))
+    np.testing.assert_allclose(np.load(tmp_path / "final.npy"), want, rtol=1e-5, atol=1e-6)
+
+
+def test_no_cluster_description_stops_before_tensorflow(tmp_path):
+    env = {**_base_env(), "TRAIN_NUM_WORKERS": "2"}
+    out = subprocess.run([sys.executable, "-m", "gpucourse.train_multiworker", "--checkpoint-dir", str(tmp_path)],
+                         env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert "ClusterError: TF_CONFIG: no cluster description found" in out.stderr
+    assert "TRAIN_NUM_WORKERS is set" in out.stderr and not list(tmp_path.iterdir())
+
+
+# --------------------------------------------------------------------------- the templates
+
+
+def test_manifest_has_the_fields_kubernetes_requires_and_agrees_with_itself():
+    service, job = _manifest()
+    for obj, api in ((service, "v1"), (job, "batch/v1")):
+        assert obj["apiVersion"] == api and obj["metadata"]["name"]
+        assert re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", obj["metadata"]["name"])
+    spec = job["spec"]
+    assert spec["completionMode"] == "Indexed"
+    assert spec["completions"] == spec["parallelism"] >= 2
+    assert isinstance(spec["backoffLimit"], int) and spec["backoffLimit"] >= 0
+    pod = spec["template"]["spec"]
+    assert pod["restartPolicy"] in ("Never", "OnFailure")  # a Job's pods may not use Always
+    containers = pod["containers"]
+    assert containers and all(c["name"] and c["image"] for c in containers)
+    worker = containers[0]
+    assert worker["command"][-2:] == ["-m", "gpucourse.train_multiworker"]
+    env = _pod_env(job, 0)
+    assert int(env["TRAIN_NUM_WORKERS"]) == spec["completions"]
+    assert service["spec"]["clusterIP"] == "None", "headless: clusterIP must be the string None"
+    assert pod["subdomain"] == service["metadata"]["name"] == env["TRAIN_SERVICE"]
+    assert service["spec"]["selector"] == {"job-name": job["metadata"]["name"]} and env["TRAIN_JOB_NAME"] == \
+        job["metadata"]["name"]
+    port = int(env["TRAIN_PORT"])
+    assert [p["port"] for p in service["spec"]["ports"]] == [port]
+    assert [p["containerPort"] for p in worker["ports"]] == [port]
+    gpu = worker["resources"]
+    assert gpu["limits"]["nvidia.com/gpu"] == gpu["requests"]["nvidia.com/gpu"] == 1
+    mounts = {m["name"] for m in worker["volumeMounts"]}
+    assert mounts <= {v["name"] for v in pod["volumes"]}
+    ckpt = worker["args"][worker["args"].index("--checkpoint-dir") + 1]
+    assert any(ckpt.startswith(m["mountPath"]) for m in worker["volumeMounts"]), "checkpoints must be on the volume"
+    c = clusters.read_kubernetes(env)
+    assert c.cluster["worker"] == [f"{job['metadata']['name']}-{i}.{service['metadata']['name']}:{port}"
+                                   for i in range(spec["completions"])]
+
+
+def test_sbatch_asks_for_one_task_per_gpu_and_starts_the_script_with_srun():
+    text = SBATCH.read_text()
+    opts = dict(re.findall(r"^#SBATCH --([\w-]+)=(\S+)", text, flags=re.M))
+    assert int(opts["ntasks-per-node"]) == int(opts["gres"].rsplit(":", 1)[1]), "one task per GPU"
+    assert int(opts["nodes"]) >= 2
+    srun = re.search(r"srun (.*?)python -m gpucourse\.train_multiworker(.*?); then", text, flags=re.S)
+    assert srun and "--kill-on-bad-exit=1" in srun.group(1) and "--distribution=block" in srun.group(1)
+    assert "--slurm-port-base" in srun.group(2) and "--checkpoint-dir" in srun.group(2)
+    out = subprocess.run(["bash", "-n", str(SBATCH)], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
