@@ -196,3 +196,23 @@ def test_scaling_explorer_controls_on_change_state_and_static_fallback(monkeypat
         S.scaling_explorer({"x": "T4"})
     with pytest.raises(ValueError, match="replicas must be <= 8"):
         S.scaling_explorer(machines, replicas=9)
+
+
+def test_bus_bandwidth_is_nccl_tests_busbw_and_the_model_reaches_the_peak_only_for_large_messages():
+    # nccl-tests: busbw = algbw * 2 (N-1)/N, algbw = bytes / time
+    assert S.bus_bandwidth(1e9, 4, 0.1) == pytest.approx(1e10 * 2 * 3 / 4)
+    assert S.bus_bandwidth(1e9, 2, 0.1) == pytest.approx(1e10)
+    # the ring model's all-reduce, measured back as busbw, is the link peak B reduced by 1 / (1 + N L B / S)
+    B, L = 16e9, 10e-6
+    for n in (2, 4, 8):
+        for size in (1e3, 332e3, 6.08e6, 4e8):
+            fraction = S.bus_bandwidth(size, n, S.allreduce_seconds(size, n, B, L)) / B
+            assert fraction == pytest.approx(1 / (1 + n * L * B / size))
+    assert S.bus_bandwidth(19 * 2 * L * B, 2, S.allreduce_seconds(19 * 2 * L * B, 2, B, L)) / B == pytest.approx(0.95)
+    assert S.bus_bandwidth(4e8, 2, S.allreduce_seconds(4e8, 2, B, 0.0)) == pytest.approx(B)  # no latency: the peak
+    with pytest.raises(ValueError, match="replicas"):
+        S.bus_bandwidth(1e6, 1, 0.1)
+    with pytest.raises(ValueError, match="seconds"):
+        S.bus_bandwidth(1e6, 2, 0.0)
+    with pytest.raises(TypeError, match="nbytes"):
+        S.bus_bandwidth("1e6", 2, 0.1)

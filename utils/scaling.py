@@ -49,6 +49,7 @@ __all__ = [
     "Profile",
     "allreduce_seconds",
     "break_even_batch",
+    "bus_bandwidth",
     "calibrate",
     "count_kernels",
     "datasheet_profile",
@@ -199,6 +200,20 @@ def allreduce_seconds(nbytes: float, replicas: int, bytes_per_s: float, latency_
     return 2 * (replicas - 1) / replicas * nbytes / bytes_per_s + 2 * (replicas - 1) * latency_s
 
 
+def bus_bandwidth(nbytes: float, replicas: int, seconds: float) -> float:
+    """NCCL's "bus bandwidth" of an all-reduce of ``nbytes`` over ``replicas`` devices that took ``seconds``.
+
+    ``busbw = algbw * 2 (N-1)/N`` with ``algbw = nbytes / seconds`` (NVIDIA
+    nccl-tests, doc/PERFORMANCE.md): the rate each device's link carried,
+    comparable with the link's peak whatever N is. A :class:`Profile`'s
+    ``bytes_per_s`` is this number; :func:`calibrate` measures it.
+    """
+    _validate.real("nbytes", nbytes, 0.0, what="bytes all-reduced")
+    _validate.whole("replicas", replicas, minimum=2)
+    _validate.seconds("seconds", seconds, allow_zero=False)
+    return 2 * (replicas - 1) / replicas * nbytes / seconds
+
+
 @dataclass(frozen=True)
 class Prediction:
     """Predicted times (seconds per step) and the two ratios that decide whether data parallelism pays."""
@@ -329,7 +344,7 @@ def calibrate(name: str, *, params: int, per_replica_batch: int, step_s: float, 
     _validate.seconds(f"allreduce_s[{n}]", allreduce_s[n], allow_zero=False)
     compute = max((big_step_s - step_s) / (big_factor - 1), step_s * 1e-3)  # timing noise can make it ~0
     overhead = max((step_s if replica_step_s is None else replica_step_s) - compute, 0.0)
-    bandwidth = 2 * (n - 1) / n * bytes_per_step / allreduce_s[n]
+    bandwidth = bus_bandwidth(bytes_per_step, n, allreduce_s[n])
     return Profile(name, train_flops(params, per_replica_batch) / compute, bandwidth, 0.0, overhead, shared,
                    f"measured here: {step_s * 1e3:.3g} ms per step at batch {per_replica_batch}, "
                    f"{big_step_s * 1e3:.3g} ms at batch {big_factor * per_replica_batch}, all-reduce of "
