@@ -242,3 +242,19 @@ def test_sbatch_asks_for_one_task_per_gpu_and_starts_the_script_with_srun():
     assert "--slurm-port-base" in srun.group(2) and "--checkpoint-dir" in srun.group(2)
     out = subprocess.run(["bash", "-n", str(SBATCH)], capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stderr
+
+
+@pytest.mark.parametrize("version", ["1.27", "latest"])
+def test_manifest_validates_against_the_kubernetes_schema(version):
+    """The Kubernetes OpenAPI schema (strict: unknown fields are errors), bundled by kubernetes-validate: offline."""
+    kv = pytest.importorskip("kubernetes_validate", reason="pip install kubernetes-validate (bundles the schemas)")
+    import copy
+
+    version = kv.latest_version() if version == "latest" else version
+    service, job = _manifest()
+    for obj in (service, job):
+        kv.validate(obj, version, strict=True)
+    typo = copy.deepcopy(job)
+    typo["spec"]["completionMod"] = typo["spec"].pop("completionMode")
+    with pytest.raises(kv.ValidationError, match="completionMod"):
+        kv.validate(typo, version, strict=True)
