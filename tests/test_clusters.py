@@ -82,6 +82,12 @@ def test_no_source_names_all_three_and_a_half_set_job_is_pointed_out():
         clusters.resolve_cluster({"TRAIN_NUM_WORKERS": "2"})
     with pytest.raises(TypeError, match="env must be"):
         clusters.resolve_cluster(["TF_CONFIG"])
+    assert clusters.resolve_cluster({**K8S, "TF_CONFIG": " "}).source == "Kubernetes"  # empty: as if unset
+
+
+def test_importing_the_script_does_not_import_tensorflow(fresh_python):
+    out = fresh_python("import sys, gpucourse.train_multiworker, gpucourse.clusters; print('tensorflow' in sys.modules)")
+    assert out.strip() == "False"
 
 
 def test_two_sources_are_used_only_when_they_agree():

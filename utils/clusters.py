@@ -319,7 +319,7 @@ def resolve_cluster(env: Mapping[str, str], slurm_port_base: int = SLURM_PORT_BA
     if not isinstance(env, Mapping):
         raise TypeError(f"env must be os.environ or a dict of variables, got {type(env).__name__}")
     found = []
-    if "TF_CONFIG" in env:
+    if env.get("TF_CONFIG", "").strip():  # an empty TF_CONFIG means none, as TensorFlow reads it
         found.append(read_tf_config(env["TF_CONFIG"]))
     if "SLURM_PROCID" in env:
         found.append(read_slurm(env, slurm_port_base, slurm_resolver_class))
