@@ -11,19 +11,28 @@ the solved one). Beside it, ``<name>.expected.json`` holds the golden outcome::
      "flags": ["..."],                         # fragments, each found in one review flag
      "withheld": ["q4"],                       # items whose marks are withheld
      "items": {"q1": "fail"},                  # item statuses
-     "messages": {"q4": ["fragment"]}}         # fragments of an item's message
+     "messages": {"q4": ["fragment"]},         # fragments of an item's message
+     "batch": {"wait_s": 4, "marker": "...",   # graded by `gpucourse-grade <folder> --out out` in a
+               "absent": ["out/x.txt"]}}       # subprocess: then, wait_s later, no process with the marker
+                                               # runs, `verify out` is clean and no absent file exists
 
 Every reason must also reach the learner's feedback (the report's table) and the gradebook's
 integrity column. Each attack runs in its own kernel, once.
 """
 
 import json
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import nbformat
 import pytest
 
+from gpucourse.grading.report import GradeReport
 from gpucourse.grading.runner import grade_notebook
+from gpucourse.grading.seal import verify
 
 ROOT = Path(__file__).resolve().parents[2]
 ATTACKS = Path(__file__).resolve().parent / "attacks"
@@ -66,7 +75,10 @@ def check_attack(path: Path, tmp_path: Path) -> None:
     sub = tmp_path / f"{want.get('lab', '01')}_attack.ipynb"
     nbformat.write(nb, sub)
     extra = [ATTACKS / want["hidden"]] if want.get("hidden") else []
-    rep = grade_notebook(sub, extra_tests=extra, timeout=240)
+    if want.get("batch"):
+        rep = grade_in_batch(sub, want, tmp_path)
+    else:
+        rep = grade_notebook(sub, extra_tests=extra, timeout=240)
     text = rep.table()
     assert rep.status == want["status"], text
     if "score" in want:
@@ -91,3 +103,31 @@ def check_attack(path: Path, tmp_path: Path) -> None:
         assert rep.integrity() != "ok" and rep.review or want.get("withheld"), text
     for fragment in want.get("tampering", []) + want.get("flags", []):
         assert fragment in text and fragment in rep.integrity(), f"{fragment!r} missing from the feedback"
+
+
+def grade_in_batch(sub: Path, want: dict, tmp_path: Path) -> GradeReport:
+    """Grade ``sub`` as learner ``mallory`` with the command line, as an instructor would, and check that
+    nothing the submission started changes the results afterwards."""
+    batch = want["batch"]
+    (tmp_path / "subs").mkdir()
+    sub.rename(tmp_path / "subs" / "mallory.ipynb")
+    env = {**os.environ, "GPUCOURSE_GRADING_KEY": str(tmp_path / "grading.key")}
+    cmd = [sys.executable, "-m", "gpucourse.grading.cli", "subs", "--lab", want.get("lab", "01"), "--out", "out",
+           "--jobs", "1", "--timeout", "240"]
+    done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400)
+    assert done.returncode == 0, done.stdout + done.stderr
+    book = (tmp_path / "out" / "gradebook.json").read_text()
+    time.sleep(batch.get("wait_s", 4))  # what a surviving process would have used to rewrite the results
+    assert (tmp_path / "out" / "gradebook.json").read_text() == book, "the gradebook changed after grading"
+    check = subprocess.run([sys.executable, "-m", "gpucourse.grading.cli", "verify", "out"], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=60)
+    assert check.returncode == 0 and "ok out" in check.stdout, check.stdout + check.stderr
+    for name in batch.get("absent", []):
+        assert not (tmp_path / name).exists(), f"the submission wrote {name}"
+    marker = batch.get("marker")
+    if marker:
+        import psutil
+
+        alive = [p.pid for p in psutil.process_iter(["cmdline"]) if marker in (p.info["cmdline"] or [])]
+        assert not alive, f"a process the submission started ({marker}) outlived the grader: {alive}"
+    return GradeReport.from_dict(json.loads((tmp_path / "out" / "reports" / "mallory.json").read_text()))

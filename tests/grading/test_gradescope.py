@@ -6,6 +6,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -88,6 +89,23 @@ def test_run_without_a_notebook_still_writes_results(tmp_path, bundle):
     assert json.loads((root / "results" / "results.json").read_text()) == res
 
 
+LATE = """import os, shlex, sys
+later = '''
+import json, os, time
+path = os.path.join({results!r}, "results.json")
+for _ in range(300):
+    if os.path.exists(path):
+        time.sleep(0.3)
+        res = json.load(open(path))
+        res["score"] = 100
+        json.dump(res, open(path, "w"))
+        break
+    time.sleep(0.1)
+'''
+os.popen(f"setsid {{sys.executable}} -c {{shlex.quote(later)}} gpucourse-attack-gs >/dev/null 2>&1 &")
+"""
+
+
 def _submission(kind: str, folder: Path) -> None:
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
@@ -97,6 +115,8 @@ def _submission(kind: str, folder: Path) -> None:
         nb.cells.append(nbformat.v4.new_code_cell("def secret_sum(a, b, c):\n    return a + b + c"))
     if kind == "tampered":
         nb.cells.append(nbformat.v4.new_code_cell("import json\njson.dumps = lambda *a, **k: '{}'"))
+    if kind == "unsolved":  # and a process in a new session that waits to rewrite results.json (issue 22)
+        nb.cells.append(nbformat.v4.new_code_cell(LATE.format(results=str(folder.parent / "results"))))
     nbformat.write(nb, folder / "my_lab.ipynb")
 
 
@@ -107,7 +127,8 @@ def test_run_autograder_in_gradescope_layout(tmp_path, bundle):
         zf.extractall(root / "source")
     script = root / "source" / "run_autograder"
     script.chmod(0o755)
-    env = {**os.environ, "GPUCOURSE_AUTOGRADER_ROOT": str(root), "GPUCOURSE_PYTHON": sys.executable}
+    env = {**os.environ, "GPUCOURSE_AUTOGRADER_ROOT": str(root), "GPUCOURSE_PYTHON": sys.executable,
+           "GPUCOURSE_GRADING_KEY": str(tmp_path / "grading.key")}
     got = {}
     for kind in ("solution", "unsolved", "tampered"):
         _submission(kind, root / "submission")
@@ -115,6 +136,14 @@ def test_run_autograder_in_gradescope_layout(tmp_path, bundle):
         proc = subprocess.run(["bash", str(script)], cwd=root, env=env, capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stderr[-3000:]
         got[kind] = json.loads((root / "results" / "results.json").read_text())
+        if kind == "unsolved":  # the learner's late process is dead before results.json is written
+            time.sleep(2)
+            assert json.loads((root / "results" / "results.json").read_text()) == got[kind]
+            check = subprocess.run([sys.executable, "-m", "gpucourse.grading.cli", "verify", str(root / "results")],
+                                   env=env, capture_output=True, text=True, timeout=60)
+            assert check.returncode == 0, check.stdout
+    if os.geteuid() == 0:  # as on Gradescope: the kernel ran as another user
+        assert got["solution"]["extra_data"]["isolation"].split(":")[0] in ("bubblewrap", "user"), got["solution"]
     sol, uns, tam = got["solution"], got["unsolved"], got["tampered"]
     public = [spec for spec, _ in items_in(lab02)]
     assert sol["score"] == sum(s.points for s in public) + 5 and all(t["status"] == "passed" for t in sol["tests"]), sol
@@ -123,7 +152,8 @@ def test_run_autograder_in_gradescope_layout(tmp_path, bundle):
     assert uns["score"] == 0 and uns["extra_data"]["status"] == "graded"
     assert all(t["score"] == 0 for t in uns["tests"]), uns
     assert all("Not attempted" in t["output"] for t in uns["tests"] if t["name"].startswith("q")), uns
-    assert "`secret_sum` is not defined" in uns["tests"][-1]["output"]
+    assert "`secret_sum` is not defined" in uns["tests"][-2]["output"]
+    assert uns["tests"][-1]["name"] == "Integrity" and "left 1 process(es) running" in uns["tests"][-1]["output"]
     assert tam["score"] == 0 and tam["extra_data"]["status"] == "tampered"
     integrity = [t for t in tam["tests"] if t["name"] == "Integrity"]
     assert integrity and "json.dumps was replaced" in integrity[0]["output"]

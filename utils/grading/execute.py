@@ -150,14 +150,16 @@ def run_cells(cells: list[Cell], timeout: float, kernel_name: str = "python3", e
     try:
         with open(log, "wb") as log_fh, client.setup_kernel(env=env, stdout=log_fh, stderr=log_fh):
             run.timings["kernel start"] = round(time.monotonic() - t0, 2)
+            sandboxing.started(getattr(client.km.provisioner, "pid", None))
             done = threading.Event()
 
             def stop_early():
                 while not done.is_set():
                     if stop.wait(0.1):
                         run.stopped = True
-                        time.sleep(grace_s)  # let the guard report the rest of what the same cell changed
-                        _kill(client, box, run)
+                        done.wait(grace_s)  # let the guard report the rest of what the same cell changed
+                        if not done.is_set():  # (once the run is over, its own sweep has done this)
+                            _kill(client, box, run)
                         return
 
             if stop is not None:

@@ -24,6 +24,14 @@ line and writes ``<root>/results/results.json`` in Gradescope's format: ``score`
 submission was flagged or its marks withheld, and ``extra_data`` (status, flags, tampering).
 ``<root>`` is ``/autograder`` unless ``GPUCOURSE_AUTOGRADER_ROOT`` says otherwise (tests lay out a
 temporary folder that way).
+
+Student code never runs as root (Gradescope's own advice for autograders): ``run_autograder``
+runs as root, but the grader starts the learner's kernel as a dedicated unprivileged uid in
+bubblewrap's namespaces (:mod:`.sandbox`; ``setup.sh`` installs ``bubblewrap``; where the container
+forbids namespaces, the dedicated uid alone). The hidden tests are made readable by root only and
+hidden from the kernel, ``results/`` is root's, every process of the kernel is killed before the
+grader, still root, writes ``results.json`` last (then ``MANIFEST.json`` with its digest), and
+``extra_data.isolation`` says how the kernel was isolated.
 """
 
 from __future__ import annotations
@@ -55,8 +63,18 @@ python3 -m venv /autograder/venv
 /autograder/venv/bin/pip install --quiet --upgrade pip
 /autograder/venv/bin/pip install --quiet -r requirements.txt
 /autograder/venv/bin/pip install --quiet --no-deps ./course
+# The learner's kernel runs as an unprivileged user inside bubblewrap (setpriv comes with util-linux).
+if ! command -v bwrap >/dev/null 2>&1; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap || \
+        echo "bubblewrap could not be installed: kernels will run as a dedicated user without namespaces"
+fi
+# Hidden tests: root's only (the kernel's user cannot read them even where namespaces are forbidden).
+chmod -R go-rwx /autograder/source/tests 2>/dev/null || true
 # Fail the image build now (not at the first submission) if TensorFlow cannot load.
 /autograder/venv/bin/python -c "import tensorflow, gpucourse.grading.runner"
+# Say now which isolation the kernels will get in this image.
+/autograder/venv/bin/python -c "from gpucourse.grading import sandbox; print('kernel isolation:', \
+    [lvl for lvl in ('bubblewrap', 'user') if not sandbox.probe(lvl)][:1] or ['none'])"
 """
 
 RUN_AUTOGRADER = """\
@@ -196,7 +214,8 @@ def results_json(report, hidden_visibility: str = "after_due_date") -> dict:
     return {"score": report.score, "execution_time": int(round(report.duration_s)), "output": "\n".join(lines),
             "visibility": "visible", "stdout_visibility": "hidden", "tests": tests,
             "extra_data": {"status": report.status, "reason": report.reason, "flags": report.flags,
-                           "tampering": report.tampering, "review": report.review}}
+                           "tampering": report.tampering, "review": report.review,
+                           "isolation": getattr(report, "isolation", "")}}
 
 
 def _pick(submission: Path, lab: str) -> tuple[Path | None, str]:
@@ -224,24 +243,35 @@ def run(root: Path) -> dict:
     from .report import GradeReport
     from .runner import grade_notebook
 
+    from .seal import seal
+
     source = root / "source"
     config = json.loads((source / "config.json").read_text())
     lab, vis = config["lab"], config.get("hidden_visibility", "after_due_date")
+    out = root / "results"
+    out.mkdir(parents=True, exist_ok=True)
+    hidden = [source / h for h in config.get("hidden", [])]
+    if os.geteuid() == 0:  # what the kernel's user must neither read nor write: root's alone
+        for p in [out, *{h.parent for h in hidden}]:
+            os.chown(p, 0, 0)
+            os.chmod(p, 0o700 if p != out else 0o755)
     nb, note = _pick(root / "submission", lab)
     if nb is None:
         report = GradeReport("", lab, "empty", note)
     else:
         try:
-            report = grade_notebook(nb, lab=lab, extra_tests=[source / h for h in config.get("hidden", [])],
-                                    timeout=config.get("timeout", 300))
+            report = grade_notebook(nb, lab=lab, extra_tests=hidden, timeout=config.get("timeout", 300),
+                                    conceal=[str(out)])
         except Exception as exc:  # never leave Gradescope without a results.json
             report = GradeReport(str(nb), lab, "error", f"the grader failed: {type(exc).__name__}: {exc}")
     results = results_json(report, vis)
     if note and nb is not None:
         results["output"] = note + "\n" + results["output"]
-    out = root / "results"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    # Every process of the kernel is dead (grade_notebook ends with a sweep): write last, then seal.
+    tmp = out / ".results.json.tmp"
+    tmp.write_text(json.dumps(results, indent=2) + "\n")
+    os.replace(tmp, out / "results.json")
+    seal(out, [out / "results.json"])
     print(report.table())  # Gradescope shows stdout to instructors only
     return results
 

@@ -38,7 +38,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["LEVELS", "TOKEN_ENV", "Sandbox", "choose", "probe", "sweep"]
+__all__ = ["LEVELS", "TOKEN_ENV", "Sandbox", "choose", "probe", "started", "sweep"]
 
 LEVELS = ("none", "user", "bubblewrap")
 TOKEN_ENV = "GPUCOURSE_RUN_TOKEN"
@@ -266,6 +266,16 @@ def _become_subreaper() -> None:
         pass
 
 
+#: Kernels this process started and has not swept yet: never taken for another run's adopted orphans.
+_KERNELS: set[int] = set()
+
+
+def started(kernel_pid: int | None) -> None:
+    """Note a kernel this process just started (see :func:`sweep`)."""
+    if kernel_pid:
+        _KERNELS.add(kernel_pid)
+
+
 def _is_ours(proc, box: Sandbox, kernel_pid: int) -> bool:
     """A process of this run: the sandbox's uid, the run's token, or an orphan adopted since it began."""
     import psutil
@@ -273,7 +283,8 @@ def _is_ours(proc, box: Sandbox, kernel_pid: int) -> bool:
     try:
         if box.uid is not None and proc.uids().real == box.uid:
             return True
-        if proc.ppid() == os.getpid() and proc.pid != kernel_pid and proc.create_time() >= box.started - 1:
+        if (box.level != "bubblewrap" and proc.ppid() == os.getpid() and proc.pid != kernel_pid
+                and proc.pid not in _KERNELS and proc.create_time() >= box.started):
             return True
         return proc.environ().get(TOKEN_ENV) == box.token
     except (psutil.Error, OSError):
@@ -344,6 +355,7 @@ def sweep(box: Sandbox, kernel_pid: int | None, pgid: int | None = None, wait_s:
         if not found or time.monotonic() > deadline:
             break
     survivors = [f"pid {pid}" for pid in found]
+    _KERNELS.discard(kernel_pid)
     return left, survivors
 
 
