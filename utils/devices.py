@@ -411,8 +411,8 @@ def doctor(facts: dict | None = None, show: bool = True) -> list[Finding]:
         out.append(Finding("error", f"CUDA_VISIBLE_DEVICES={cvd!r} hides all {drv_gpus} GPU(s) from TensorFlow.",
                            "unset CUDA_VISIBLE_DEVICES (or set it to e.g. '0'), then restart the kernel"))
     elif drv_gpus and tf_gpus == 0:
-        built = (f" (this build wants CUDA {facts.get('cuda_version') or '?'}, cuDNN {facts.get('cudnn_version') or '?'})"
-                 if facts["is_cuda_build"] else "")
+        cuda, cudnn = facts.get("cuda_version") or "?", facts.get("cudnn_version") or "?"
+        built = f" (this build wants CUDA {cuda}, cuDNN {cudnn})" if facts["is_cuda_build"] else ""
         out.append(Finding("error", f"The driver sees {drv_gpus} GPU(s) but TensorFlow sees none: usually the CUDA "
                            f"or cuDNN libraries TensorFlow was built for{built} are missing or do not match the "
                            "driver. TensorFlow then skips the GPUs and runs everything on the CPU: that, not slower "

@@ -224,7 +224,7 @@ class PolicyAdvice:
 
 
 def recommend_policy(cc=None, name: str | None = None) -> PolicyAdvice:
-    """Advice for a GPU of compute capability ``cc`` (e.g. '8.6') and name ``name``, or for a CPU when ``cc`` is None."""
+    """Advice for a GPU of compute capability ``cc`` (e.g. '8.6') and name ``name``, or for a CPU (``cc`` None)."""
     if cc is None:
         return PolicyAdvice("float32", "a CPU without float16/bfloat16 matrix units gains nothing from mixed "
                                        "precision and usually runs slower: keep float32")
