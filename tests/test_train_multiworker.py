@@ -258,3 +258,15 @@ def test_manifest_validates_against_the_kubernetes_schema(version):
     typo["spec"]["completionMod"] = typo["spec"].pop("completionMode")
     with pytest.raises(kv.ValidationError, match="completionMod"):
         kv.validate(typo, version, strict=True)
+
+
+def test_vertex_spec_has_one_chief_and_the_same_machines_in_both_pools():
+    text = (ROOT / "docs" / "clusters" / "vertex_ai.md").read_text()
+    spec = yaml.safe_load(re.search(r"```yaml\n(.*?)```", text, flags=re.S).group(1))
+    chief, workers = spec["workerPoolSpecs"][:2]
+    assert chief["replicaCount"] == 1 and workers["replicaCount"] >= 1
+    assert chief["machineSpec"] == workers["machineSpec"], "MultiWorkerMirroredStrategy: same devices per worker"
+    for pool in (chief, workers):
+        args = pool["containerSpec"]["args"]
+        assert args[args.index("--checkpoint-dir") + 1].startswith("gs://"), "checkpoints on shared storage"
+    assert spec["scheduling"]["restartJobOnWorkerRestart"] is True
