@@ -230,7 +230,7 @@ def _build_mlp(in_dim: int, width: int, classes: int = 10):
     return keras.Model(inputs, keras.layers.Activation("softmax", dtype="float32")(x))
 
 
-def _training_step_ratios(peaks, cc) -> list[dict]:
+def _training_step_ratios(peaks, cc, name: str) -> list[dict]:
     """Notebook 05's GPU-path training step: mixed precision against float32 with TF32 on and off."""
     import numpy as np
     import tensorflow as tf
@@ -240,7 +240,7 @@ def _training_step_ratios(peaks, cc) -> list[dict]:
     in_dim, width, batch = 1024, 4096, 1024
     x = np.random.default_rng(2).random((batch, in_dim), dtype=np.float32)
     y = np.random.default_rng(3).integers(0, 10, batch)
-    bf16 = precision_hardware.tensor_core_support(cc)["bfloat16"]
+    bf16 = precision_hardware.tensor_core_support(cc, name)["bfloat16"]  # by name too: GTX 16xx
     policies = ["float32", "mixed_float16"] + (["mixed_bfloat16"] if bf16 else [])
     rows = []
     for tf32 in (True, False):
@@ -289,7 +289,7 @@ def measure(quick: bool = False, echo=print) -> dict:
                                "claim": f"at most the data-sheet ratio {ceiling:.1f}x" if ceiling else "above 1x",
                                "measured": rate[dtype] / rate[base], "ceiling": ceiling})
     echo("measuring notebook 05's training step per policy ...")
-    ratios += _training_step_ratios(peaks, cc)
+    ratios += _training_step_ratios(peaks, cc, name)
     echo("running gpucourse.benchmark (XLA, tf.data, capstone) ...")
     sources = [s for s in benchmark.SOURCES if s[0] != "gpucourse.startup"]
     bench = benchmark.collect(quick=quick, sources=sources, echo=echo)
