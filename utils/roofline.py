@@ -1,4 +1,4 @@
-"""09 The roofline's compute roof: achievable matmul FLOP/s per dtype, measured, beside the data sheet.
+"""09 The roofline of a device: achievable matmul FLOP/s per dtype and memory bandwidth, measured, beside the data sheet.
 
 A data sheet's peak is what the chip could do if every unit worked every cycle; no real kernel
 gets there. What a program can hope for is the *achievable* peak: the best matmul rate the
@@ -14,6 +14,14 @@ A matmul of shapes ``(m, k) @ (k, n)`` does ``m * n * k`` multiply-adds, that is
 inputs with TensorFlow's TF32 switch on (Ampere and later GPUs use TF32 Tensor Cores for them, the
 default); ``"float32"`` means the same inputs with the switch off, on the ordinary float32 units.
 On a CPU the switch changes nothing and only float32 is measured by default.
+
+The other roof is memory: :func:`measure_bandwidth` times a large copy and a large reduction,
+STREAM-style. A :class:`Roof` holds both (measured by :func:`measure_roof`, or from the data sheet
+by :func:`datasheet_roof`); an op of arithmetic intensity ``I`` FLOP/byte can reach at most
+``min(peak, I * bandwidth)`` (:meth:`Roof.attainable`). :func:`cpu_facts` reads the CPU's cores,
+clock and vector width; no data sheet applies to a CPU (its peak depends on the core's FMA units,
+which ``/proc/cpuinfo`` does not tell), so a CPU's roof is the measured one only.
+``python -m gpucourse.benchmark`` prints :func:`benchmark`'s rows.
 """
 
 from __future__ import annotations
@@ -26,7 +34,9 @@ from . import _validate
 from ._tf import tf as _tf
 
 __all__ = ["MatmulResult", "MATMUL_DTYPES", "matmul_flops", "default_shapes", "device_dtypes",
-           "measure_matmul", "measure_matmul_peaks", "datasheet_gpu", "format_matmul_table"]
+           "measure_matmul", "measure_matmul_peaks", "datasheet_gpu", "format_matmul_table",
+           "GPU_BANDWIDTH", "EXTRA_PEAKS", "BandwidthResult", "Roof", "measure_bandwidth", "measure_roof",
+           "datasheet_roof", "measured_roof", "cpu_facts", "format_roof", "benchmark"]
 
 #: The dtypes a matmul can be measured in; ``"tfloat32"`` is float32 with the TF32 switch on.
 MATMUL_DTYPES = ("float32", "tfloat32", "float16", "bfloat16")
@@ -161,7 +171,7 @@ def datasheet_gpu(name: str):
 
     _validate.text("name", name, "the GPU's name as nvidia-smi prints it, e.g. 'Tesla T4'")
     words = re.split(r"[\s\-_/]+", name.upper())
-    for key, peaks in GPU_PEAKS.items():
+    for key, peaks in {**GPU_PEAKS, **EXTRA_PEAKS}.items():
         if key.upper() in words:
             return peaks
     return None
@@ -183,3 +193,225 @@ def format_matmul_table(results: Sequence[MatmulResult], peaks=None) -> str:
             why = "no data sheet for this device" if peaks is None else f"no {r.dtype} Tensor Cores"
             lines.append(f"| {r.dtype} | {r.best_tflops:.2f} | {shape} | - ({why}) | - |")
     return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- the memory roof and the data sheets
+
+def _extra_peaks() -> dict:
+    from .precision_hardware import GpuPeaks
+
+    return {"H200": GpuPeaks("H200", (9, 0), 67.0, 494.5, 989.5, 989.5, 1979.0,
+                             "NVIDIA H200 data sheet (SXM): 67 FP32; 989 TF32, 1979 FP16/BF16, 3958 FP8 "
+                             "with sparsity, halved")}
+
+
+#: Data-sheet peaks of GPUs that notebook 05's table does not list (same fields as ``GPU_PEAKS``).
+EXTRA_PEAKS = _extra_peaks()
+
+#: Data-sheet memory bandwidth in GB/s (1e9 bytes/s), with its source.
+GPU_BANDWIDTH = {
+    "T4": (320.0, "NVIDIA T4 data sheet: 16 GB GDDR6, 320+ GB/s"),
+    "V100": (900.0, "NVIDIA V100 data sheet (SXM2): 900 GB/s HBM2"),
+    "A100": (2039.0, "NVIDIA A100 data sheet: 2,039 GB/s (80GB SXM; the 40GB PCIe has 1,555 GB/s)"),
+    "L4": (300.0, "NVIDIA L4 data sheet: 24 GB GDDR6, 300 GB/s"),
+    "H100": (3350.0, "NVIDIA H100 data sheet: 3.35 TB/s (SXM; the PCIe card has 2 TB/s)"),
+    "H200": (4800.0, "NVIDIA H200 data sheet: 141 GB HBM3e, 4.8 TB/s (SXM)"),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Roof:
+    """A device's two roofs: peak TFLOP/s per dtype and memory bandwidth in GB/s (measured or data sheet)."""
+
+    name: str
+    peaks: dict  # {dtype: TFLOP/s}
+    bandwidth_gbs: float
+    source: str
+
+    def peak(self, dtype: str) -> float:
+        """Peak TFLOP/s of ``dtype``; a ValueError naming the dtypes this roof has otherwise."""
+        _validate.text("dtype", dtype, "e.g. 'float32'")
+        if dtype not in self.peaks:
+            raise ValueError(f"{self.name} has no {dtype!r} roof; it has {sorted(self.peaks)} "
+                             "(a GPU without Tensor Cores for a dtype has no data-sheet peak for it)")
+        return self.peaks[dtype]
+
+    def ridge(self, dtype: str) -> float:
+        """The ridge point in FLOP/byte: below it an op is memory-bound, above it compute-bound."""
+        return self.peak(dtype) * 1e12 / (self.bandwidth_gbs * 1e9)
+
+    def attainable(self, intensity: float, dtype: str) -> float:
+        """The most TFLOP/s an op of ``intensity`` FLOP/byte can reach: ``min(peak, intensity * bandwidth)``."""
+        intensity = _validate.real("intensity", intensity, 0.0, strict_min=True, what="FLOP per byte")
+        return min(self.peak(dtype), intensity * self.bandwidth_gbs * 1e9 / 1e12)
+
+    def bound(self, intensity: float, dtype: str) -> str:
+        """``"memory"`` if an op of ``intensity`` FLOP/byte sits left of the ridge, else ``"compute"``."""
+        intensity = _validate.real("intensity", intensity, 0.0, strict_min=True, what="FLOP per byte")
+        return "memory" if intensity < self.ridge(dtype) else "compute"
+
+    def seconds(self, flops: float, nbytes: float, dtype: str) -> float:
+        """The roofline's time for an op: ``max(flops / peak, bytes / bandwidth)``."""
+        flops = _validate.real("flops", flops, 0.0)
+        nbytes = _validate.real("nbytes", nbytes, 0.0)
+        return max(flops / (self.peak(dtype) * 1e12), nbytes / (self.bandwidth_gbs * 1e9))
+
+
+def datasheet_roof(name: str) -> Roof:
+    """The data-sheet roof of a GPU (``"T4"``, ``"L4"``, ``"A100"``, ``"H100"``, ``"H200"``, or a driver's name)."""
+    _validate.text("name", name, "a GPU such as 'A100' or 'NVIDIA H100 80GB HBM3'")
+    peaks = datasheet_gpu(name)
+    if peaks is None or peaks.name not in GPU_BANDWIDTH:
+        raise ValueError(f"no data sheet for GPU {name!r}; known: {', '.join(GPU_BANDWIDTH)}")
+    gbs, bw_source = GPU_BANDWIDTH[peaks.name]
+    dtypes = ("float32", "tfloat32", "float16", "bfloat16", "float8")
+    return Roof(peaks.name, {d: peaks.peak(d) for d in dtypes if peaks.peak(d)}, gbs,
+                f"{peaks.source}; {bw_source}")
+
+
+@dataclasses.dataclass(frozen=True)
+class BandwidthResult:
+    """Memory bandwidth of a device, STREAM-style: a scale (read + write) and a sum (read only)."""
+
+    device: str
+    nbytes: int
+    copy_gbs: float
+    read_gbs: float
+
+    @property
+    def best_gbs(self) -> float:
+        return max(self.copy_gbs, self.read_gbs)
+
+
+def measure_bandwidth(device: str | None = None, mib: int | None = None, repeats: int = 5,
+                      iters: int | None = None) -> BandwidthResult:
+    """GB/s of ``y = x * 2`` (reads and writes ``x``'s bytes) and ``reduce_sum(x)`` (reads them) on ``device``.
+
+    ``x`` is ``mib`` MiB of float32 (default 1024 on a GPU, 64 on a CPU: larger than the
+    caches, so the bytes come from memory). Timed like :func:`measure_matmul`.
+    """
+    from . import timing
+
+    tf = _tf()
+    if device is None:
+        device = "GPU:0" if tf.config.list_logical_devices("GPU") else "CPU:0"
+    kind = _device_type(device)
+    mib = _validate.whole("mib", mib if mib is not None else (1024 if kind == "GPU" else 64), 1, what="MiB")
+    repeats = _validate.whole("repeats", repeats, 1, what="timed calls")
+    iters = _validate.whole("iters", iters, 1) if iters is not None else (10 if kind == "GPU" else 2)
+    n = mib * (1 << 20) // 4
+    with tf.device(device):
+        x = tf.random.uniform((n,), seed=3)
+        scale = tf.function(lambda v: v * 2.0)
+        total = tf.function(lambda v: tf.reduce_sum(v))
+        t_copy = timing.time_fn(lambda: [scale(x) for _ in range(iters)], warmup=1, repeats=repeats, name="scale")
+        t_read = timing.time_fn(lambda: [total(x) for _ in range(iters)], warmup=1, repeats=repeats, name="sum")
+    nbytes = 4 * n
+    return BandwidthResult(device, nbytes, 2 * nbytes * iters / t_copy.median_s / 1e9,
+                           nbytes * iters / t_read.median_s / 1e9)
+
+
+def measured_roof(matmuls: Sequence[MatmulResult], bandwidth: BandwidthResult, name: str | None = None) -> Roof:
+    """A :class:`Roof` from a matmul sweep and a bandwidth measurement."""
+    matmuls = _validate.sequence("matmuls", matmuls, "MatmulResult rows from measure_matmul_peaks")
+    if not matmuls or not all(isinstance(r, MatmulResult) for r in matmuls):
+        raise TypeError("matmuls must be a non-empty list of MatmulResult (from measure_matmul_peaks)")
+    if not isinstance(bandwidth, BandwidthResult):
+        raise TypeError(f"bandwidth must be a BandwidthResult (from measure_bandwidth), got {type(bandwidth).__name__}")
+    return Roof(name or f"this machine ({bandwidth.device})", {r.dtype: r.best_tflops for r in matmuls},
+                bandwidth.best_gbs, "measured: best matmul of a shape sweep; best of a large scale and sum")
+
+
+def measure_roof(quick: bool = False, device: str | None = None) -> tuple[Roof, list[MatmulResult], BandwidthResult]:
+    """Measure this device's roofline: ``(roof, matmul sweep rows, bandwidth)``."""
+    repeats = 3 if quick else 5
+    matmuls = measure_matmul_peaks(device=device, repeats=repeats)
+    bandwidth = measure_bandwidth(device=matmuls[0].device, repeats=repeats)
+    return measured_roof(matmuls, bandwidth), matmuls, bandwidth
+
+
+def cpu_facts(cpuinfo: str | None = None) -> dict:
+    """The CPU's model, logical cores, clock (MHz) and vector width (bits), read from ``/proc/cpuinfo``.
+
+    Pass the file's text as ``cpuinfo`` to read another machine's (the unit tests do); off Linux the
+    fields are None. ``"datasheet"`` says why no data-sheet peak applies.
+    """
+    import os
+
+    if cpuinfo is None:
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+                cpuinfo = f.read()
+        except OSError:
+            cpuinfo = ""
+    _validate.text("cpuinfo", cpuinfo or " ", "the text of /proc/cpuinfo")
+    fields: dict = {}
+    for line in cpuinfo.splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            fields.setdefault(key.strip().lower(), value.strip())
+    flags = set((fields.get("flags") or fields.get("features") or "").split())
+    vector = (512 if "avx512f" in flags else 256 if "avx2" in flags or "avx" in flags
+              else 128 if flags & {"sse2", "asimd", "neon"} else None)
+    mhz = fields.get("cpu mhz")
+    cores = sum(1 for line in cpuinfo.splitlines() if line.split(":")[0].strip() == "processor")
+    return {"model": fields.get("model name") or fields.get("cpu model") or None,
+            "logical_cores": cores or (os.cpu_count() if cpuinfo == "" else None),
+            "mhz": float(mhz) if mhz else None, "vector_bits": vector, "fma": "fma" in flags or "asimd" in flags,
+            "datasheet": "no data sheet applies: a CPU's peak is cores x clock x vector lanes x 2 (FMA) x FMA "
+                         "units per core, and cpuinfo does not say how many FMA units a core has; the "
+                         "measured matmul peak is this CPU's roof"}
+
+
+def _num(v: float) -> str:
+    return f"{v:,.0f}" if v >= 100 else f"{v:.3g}"
+
+
+def format_roof(roof: Roof, reference: Roof | None = None) -> str:
+    """A Markdown table of ``roof`` (TFLOP/s per dtype, GB/s, ridge point), beside ``reference`` if given."""
+    if not isinstance(roof, Roof) or not (reference is None or isinstance(reference, Roof)):
+        raise TypeError("roof and reference must be Roof objects (measure_roof, datasheet_roof)")
+    head = f"| roof | {roof.name} |" + (f" {reference.name} (data sheet) | achieved / data sheet |" if reference else "")
+    lines = [head, "|---|---|" + ("---|---|" if reference else "")]
+    rows = [(f"{d} TFLOP/s", roof.peaks[d], reference.peaks.get(d) if reference else None) for d in roof.peaks]
+    rows.append(("memory GB/s", roof.bandwidth_gbs, reference.bandwidth_gbs if reference else None))
+    for label, mine, ref in rows:
+        cells = f"| {label} | {_num(mine)} |"
+        if reference:
+            cells += f" {ref:g} | {mine / ref:.0%} |" if ref else " - | - |"
+        lines.append(cells)
+    lines += [f"| ridge ({d}) FLOP/byte | {roof.ridge(d):.3g} |" + (" | |" if reference else "") for d in roof.peaks]
+    return "\n".join(lines)
+
+
+def benchmark(quick: bool = False) -> list[dict]:
+    """``make benchmark``'s rows: the best matmul per dtype and the memory bandwidth of this device."""
+    tf = _tf()
+    gpus = tf.config.list_physical_devices("GPU")
+    peaks, bw_sheet, what = None, None, None
+    if gpus:
+        name = tf.config.experimental.get_device_details(gpus[0]).get("device_name", "")
+        peaks = datasheet_gpu(name) if name else None
+        bw_sheet = GPU_BANDWIDTH.get(peaks.name, (None,))[0] if peaks else None
+        what = name or "GPU"
+    else:
+        facts = cpu_facts()
+        what = (f"CPU {facts['model'] or '?'}, {facts['logical_cores']} logical cores, "
+                f"{facts['vector_bits'] or '?'}-bit vectors: no data sheet")
+    roof, matmuls, bw = measure_roof(quick=quick)
+    rows = []
+    for r in matmuls:
+        flops = matmul_flops(*r.best_shape)
+        median = flops / (r.best_tflops * 1e12)
+        sheet = peaks.peak(r.dtype) if peaks is not None else None
+        bound = flops / (sheet * 1e12) if sheet else None
+        rows.append({"topic": "09 roofline", "case": f"matmul {r.dtype} {'x'.join(map(str, r.best_shape))}",
+                     "median_s": median, "bound_s": bound, "ratio_to_bound": median / bound if bound else None,
+                     "speedup": None, "note": f"{r.best_tflops:.3g} TFLOP/s" + (f" of {sheet:g} ({what})" if sheet
+                                                                              else f" ({what})")})
+    median = 2 * bw.nbytes / (bw.copy_gbs * 1e9)
+    bound = 2 * bw.nbytes / (bw_sheet * 1e9) if bw_sheet else None
+    rows.append({"topic": "09 roofline", "case": f"memory: x * 2 over {bw.nbytes >> 20} MiB", "median_s": median,
+                 "bound_s": bound, "ratio_to_bound": median / bound if bound else None, "speedup": None,
+                 "note": f"{bw.copy_gbs:.3g} GB/s (sum: {bw.read_gbs:.3g} GB/s)" + (f" of {bw_sheet:g}" if bw_sheet else "")})
+    return rows
