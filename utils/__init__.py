@@ -16,6 +16,7 @@ helpers; each is ``gpucourse.<name>``, imported on first use:
 ``memory_explorer``    03 memory explorer: batch, precision, accumulation vs a budget
 ``distribute``         04 one process: MirroredStrategy batch arithmetic, devices, all-reduce, sharding
 ``multiworker``        04 several processes: MultiWorkerMirroredStrategy on 127.0.0.1, failures
+``clusters``           04 beyond one machine: the cluster from TF_CONFIG, SLURM or a Kubernetes Indexed Job
 ``scaling``            04 does data parallelism pay: compute vs all-reduce model, the scaling explorer
 ``precision``          05 Keras dtype policies (re-exports the three modules below)
 ``precision_formats``  05 number formats, casts, TF32 emulation
@@ -43,7 +44,9 @@ Command-line tools, run as ``python -m gpucourse.<name>`` (not attributes of
 the package): ``labgen`` generates ``labs/`` from ``solutions/``,
 ``authoring`` builds and executes notebooks from percent-format source,
 ``benchmark`` prints the tf.data / XLA / capstone ratio table, ``gpureport``
-runs the whole course on an NVIDIA GPU and writes ``gpu-report.md`` (``make test-gpu``). Private
+runs the whole course on an NVIDIA GPU and writes ``gpu-report.md`` (``make test-gpu``),
+``train_multiworker`` trains notebook 04's multi-worker job on a cluster started by SLURM,
+Kubernetes or Vertex AI (templates in ``docs/clusters/``). Private
 plumbing (``_validate``: one argument-checking policy; ``_tf``: the one lazy
 TensorFlow import; ``_probe``: fresh-process probes; ``_simparts``) is not
 part of the public interface.
@@ -61,6 +64,7 @@ __version__ = "0.1.0"
 #: Every row of the module map above (tests/test_module_map.py keeps the two in step).
 _SUBMODULES = (
     "bottleneck",
+    "clusters",
     "colab",
     "determinism",
     "devices",
