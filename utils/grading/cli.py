@@ -8,7 +8,8 @@
 
 A folder holds either ``<learner>.ipynb`` files or ``<learner>/`` sub-folders with the notebook
 inside. For a folder the grader writes ``gradebook.csv``, ``gradebook.json``, ``canvas.csv``,
-``feedback/<learner>.txt`` and ``reports/<learner>.json`` into ``--out``, then, last,
+``feedback/<learner>.txt``, ``reports/<learner>.json`` and ``similarity.csv``/``.html`` (similar
+submissions, flags for a human: :mod:`.similarity`) into ``--out``, then, last,
 ``MANIFEST.json`` with their digests (``verify`` names any file changed since). Running it again
 overwrites the same files with the same results. A crashing, hanging, malformed or empty submission
 is recorded with its reason and never stops the batch.
@@ -27,6 +28,7 @@ from .gradebook import canvas_csv, read_gradebook, write_canvas, write_gradebook
 from .report import GradeReport
 from .runner import DEFAULT_TIMEOUT_S, grade_notebook, lab_of
 from .seal import MANIFEST, seal, verify
+from .similarity import DEFAULT_THRESHOLD, write_similarity
 
 __all__ = ["discover", "grade_batch", "main"]
 
@@ -72,7 +74,8 @@ def _grade_one(args) -> dict:
 
 
 def grade_batch(folder: Path, out: Path, lab: str | None = None, extra=(), timeout: float = DEFAULT_TIMEOUT_S,
-                jobs: int = 2, echo=print, column: str | None = None) -> list[dict]:
+                jobs: int = 2, echo=print, column: str | None = None,
+                similarity_threshold: float = DEFAULT_THRESHOLD) -> list[dict]:
     """Grade every submission in ``folder`` in parallel; write the gradebook and feedback into ``out``.
 
     Workers are reused across submissions, so each imports the tests (and TensorFlow, when a judge
@@ -111,6 +114,7 @@ def grade_batch(folder: Path, out: Path, lab: str | None = None, extra=(), timeo
                 echo(f"{learner:<24} {r['status']:<9} {r['score']}/{r['max_score']}  {r['reason']}")
     rows = [results[learner] for learner, _, _ in subs]
     # Every kernel and every process it started is dead by now (each run ends with a sweep): write, then seal.
+    write_similarity([(learner, nb) for learner, nb, _ in subs], out, lab, similarity_threshold, echo)  # no score
     write_gradebook(rows, out, column)
     weak = sorted({r.get("isolation", "") for r in rows if r.get("isolation", "").split(":")[0] in ("none", "user")})
     for line in weak:
@@ -130,15 +134,21 @@ def _grade_main(argv) -> int:
     ap.add_argument("--json", type=Path, help="for one notebook: where to write its JSON report")
     ap.add_argument("--jobs", type=int, default=2, help="submissions graded in parallel (folder mode)")
     ap.add_argument("--canvas-column", help="name of this lab's Canvas column in canvas.csv, e.g. 'Lab 01 (4321)'")
+    ap.add_argument("--similarity-threshold", type=float, default=DEFAULT_THRESHOLD, metavar="SHARE",
+                    help=f"folder mode: list pairs sharing more than this share of their code in similarity.csv "
+                         f"(0 to 1, default {DEFAULT_THRESHOLD})")
     a = ap.parse_args(argv)
     lab = _lab_arg(ap, a.lab)
     _check_extra_tests(ap, lab, a.extra_tests)
     if a.timeout <= 0 or a.jobs < 1:
         ap.error("--timeout must be > 0 and --jobs >= 1")
+    if not 0 <= a.similarity_threshold <= 1:
+        ap.error(f"--similarity-threshold is a share of a submission's code, 0 to 1, got {a.similarity_threshold}")
     if not a.path.exists():
         ap.error(f"no such file or folder: {a.path}")
     if a.path.is_dir():
-        rows = grade_batch(a.path, a.out, lab, a.extra_tests, a.timeout, a.jobs, column=a.canvas_column)
+        rows = grade_batch(a.path, a.out, lab, a.extra_tests, a.timeout, a.jobs, column=a.canvas_column,
+                           similarity_threshold=a.similarity_threshold)
         print(f"\n{len(rows)} submission(s) graded; gradebook in {a.out}/gradebook.csv")
         return 0
     dest = a.json or a.out / f"{a.path.stem}.json"
