@@ -30,7 +30,8 @@ helpers; each is ``gpucourse.<name>``, imported on first use:
 ``profiling``          08 trace capture and reading, step breakdowns, capstone benchmark
 ``bottleneck``         08 what limits a step (input, host or device) from its time breakdown
 ``monitor``            08 live utilisation monitor (NVML/CPU) and the utilisation explorer
-``roofline``           09 the roofline's compute roof: achievable matmul FLOP/s per dtype vs the data sheet
+``roofline``           09 the roofline measured: matmul FLOP/s per dtype, memory bandwidth, data-sheet roofs
+``mfu``                09 FLOPs and bytes of ops (TensorFlow's count, formulas), MFU, the roofline explorer
 ``explore``            interactive explorers (widgets, with a static fallback)
 ``timing``             warm-up + repeats + medians, ratio tables
 ``logcapture``         capture C-level log output (TensorFlow's C++ logs)
@@ -76,6 +77,7 @@ _SUBMODULES = (
     "logcapture",
     "memory",
     "memory_explorer",
+    "mfu",
     "monitor",
     "multiworker",
     "pipeline",

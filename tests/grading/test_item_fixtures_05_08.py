@@ -1,11 +1,11 @@
-"""Wrong-answer fixtures of labs 05-08 (the same test as test_item_fixtures.py, on the other xdist worker)."""
+"""Wrong-answer fixtures of labs 05-09 (the same test as test_item_fixtures.py, on the other xdist worker)."""
 
 import pytest
 
 from .item_fixtures import fixture_files
 from .test_item_fixtures import test_fixture_loses_exactly_its_item as _check
 
-FILES = [p for lab in ("05", "06", "07", "08") for p in fixture_files(lab)]
+FILES = [p for lab in ("05", "06", "07", "08", "09") for p in fixture_files(lab)]
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: f"lab{p.parent.name[3:]}/{p.stem}")

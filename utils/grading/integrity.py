@@ -55,6 +55,10 @@ ANSWER_HELPERS = {
            "q3": ("gpucourse.simulate._bound_s",),  # steps x step_s / bound, for a long epoch
            "q5": ("gpucourse.bottleneck.classify", "gpucourse.bottleneck.group_shares",
                   "gpucourse.bottleneck.format_rows", "gpucourse.bottleneck._step_table")},
+    "09": {"q1": ("gpucourse.mfu.matmul_cost",),  # OpCost.intensity: FLOPs per byte of a matmul
+           "q2": ("gpucourse.roofline.Roof",),  # Roof.bound: memory or compute (a class: the static scan only)
+           "q3": ("gpucourse.mfu.dense_train_flops",),
+           "q4": ("gpucourse.mfu.mfu", "gpucourse.scaling.train_flops")},  # 6 x params x tokens, over the peak
 }
 
 #: Modules of the grader itself: a submission has no business importing them.
