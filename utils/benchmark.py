@@ -1,4 +1,4 @@
-"""Benchmark script: the thread-pool, tf.data, XLA and capstone measurements, as ratios to their bounds.
+"""Benchmark script: the thread-pool, tf.data, XLA, capstone and roofline measurements, as ratios to their bounds.
 
     python -m gpucourse.benchmark            # full run (about a minute on 2 CPU cores)
     python -m gpucourse.benchmark --quick    # shorter runs, noisier numbers
@@ -6,9 +6,11 @@
 
 Each topic module exposes ``benchmark(quick) -> list[dict]``. Its rows have the keys ``topic``, ``case``,
 ``median_s``, ``bound_s``, ``ratio_to_bound``, ``speedup`` and ``note``; the capstone rows also have
-``utilisation``. All measurements run one after the other (in this process, except the thread-pool
-rows, which need fresh processes because thread pools are fixed when TensorFlow starts), so the ratios
-compare like with like. They are deliberately not part of the test suite: timings are for
+``utilisation``. The roofline rows (topic 09) give the best matmul of each dtype and the memory
+bandwidth; their bound is the data sheet's peak on a GPU the course knows (none on a CPU). All
+measurements run one after the other (in this process, except the thread-pool rows, which need
+fresh processes because thread pools are fixed when TensorFlow starts), so the ratios compare like
+with like. They are deliberately not part of the test suite: timings are for
 reading, not for asserting.
 """
 
@@ -30,6 +32,7 @@ SOURCES = (
     ("gpucourse.pipeline", "07 tf.data: pipelines vs max(producer, consumer)"),
     ("gpucourse.xla", "06 XLA: eager vs tf.function vs jit_compile"),
     ("gpucourse.simulate", "08 capstone: accelerator utilisation, slow vs tuned"),
+    ("gpucourse.roofline", "09 roofline: best matmul per dtype and memory bandwidth, vs the data sheet"),
 )
 REQUIRED_KEYS = ("topic", "case", "median_s", "bound_s", "ratio_to_bound", "speedup", "note")
 
