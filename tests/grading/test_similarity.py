@@ -166,3 +166,13 @@ def test_a_batch_gets_the_report_and_the_same_gradebook_as_without_it(tmp_path):
     for name in files:
         assert (with_step / name).read_bytes() == (tmp_path / "without" / name).read_bytes(), name
     assert not any("similar" in json.dumps(r) for r in rows)  # nothing of it in a learner's row or feedback
+
+
+@pytest.mark.parametrize("bad", ["1.5", "-0.1", "nan"])
+def test_the_cli_refuses_a_threshold_outside_0_to_1(tmp_path, capsys, bad):
+    from gpucourse.grading.cli import main as cli_main
+
+    with pytest.raises(SystemExit):
+        cli_main([str(tmp_path), "--lab", "03", "--similarity-threshold", bad])
+    err = capsys.readouterr().err
+    assert f"--similarity-threshold is a share of a submission's code, 0 to 1, got {float(bad)}" in err
