@@ -1,4 +1,4 @@
-"""gpucourse.roofline: FLOP counts, the shapes and dtypes swept per device, data-sheet lookup, a real CPU sweep."""
+"""gpucourse.roofline: FLOP counts, shapes and dtypes swept, data sheets, Roof, bandwidth, cpu facts, benchmark rows."""
 
 import pytest
 
@@ -74,3 +74,124 @@ def test_a_real_cpu_sweep_keeps_the_best_shape_and_restores_the_tf32_switch():
         roofline.measure_matmul("float32", shapes=[(64, 64)], device="CPU:0")
     with pytest.raises(ValueError, match="dtype must be one of"):
         roofline.measure_matmul("int8", device="CPU:0")
+
+
+# --------------------------------------------------------------------------- the memory roof, Roof, data sheets
+
+
+def test_roof_is_min_of_peak_and_intensity_times_bandwidth():
+    a100 = roofline.datasheet_roof("A100")
+    assert a100.peak("float32") == 19.5 and a100.bandwidth_gbs == 2039.0
+    assert a100.ridge("float32") == pytest.approx(19.5e12 / 2039e9)
+    assert a100.attainable(1.0, "float32") == pytest.approx(2.039)        # memory roof: 1 FLOP/byte x 2039 GB/s
+    assert a100.attainable(1000.0, "bfloat16") == 312.0                  # compute roof
+    assert a100.bound(9.0, "float32") == "memory" and a100.bound(10.0, "float32") == "compute"
+    assert a100.bound(100.0, "bfloat16") == "memory"                     # the bf16 ridge is 153 FLOP/byte
+    assert a100.seconds(312e12, 1.0, "bfloat16") == pytest.approx(1.0)
+    assert a100.seconds(1.0, 2039e9, "bfloat16") == pytest.approx(1.0)
+    with pytest.raises(ValueError, match=r"T4 has no 'bfloat16' roof; it has \['float16', 'float32'\]"):
+        roofline.datasheet_roof("T4").peak("bfloat16")
+    with pytest.raises(ValueError, match="intensity must be > 0"):
+        a100.attainable(0.0, "float32")
+
+
+@pytest.mark.parametrize("name, key, gbs", [("Tesla T4", "T4", 320), ("NVIDIA L4", "L4", 300),
+                                            ("NVIDIA A100-SXM4-80GB", "A100", 2039),
+                                            ("NVIDIA H100 80GB HBM3", "H100", 3350), ("NVIDIA H200", "H200", 4800)])
+def test_every_datasheet_roof_has_both_roofs_and_cites_its_source(name, key, gbs):
+    roof = roofline.datasheet_roof(name)
+    assert roof.name == key and roof.bandwidth_gbs == gbs
+    assert roof.source.count("data sheet") == 2  # one for the peaks, one for the bandwidth
+    assert roof.peaks["float32"] > 0
+
+
+def test_h200_is_found_by_its_driver_name_without_changing_notebook_05s_table():
+    assert roofline.datasheet_gpu("NVIDIA H200").name == "H200"
+    assert "H200" not in precision_hardware.GPU_PEAKS  # notebook 05 prints GPU_PEAKS; its table stays as it is
+    assert roofline.datasheet_roof("H200").peak("bfloat16") == roofline.datasheet_roof("H100").peak("bfloat16")
+    with pytest.raises(ValueError, match="no data sheet for GPU 'NVIDIA GeForce RTX 4090'"):
+        roofline.datasheet_roof("NVIDIA GeForce RTX 4090")
+
+
+X86 = "processor\t: 0\nmodel name\t: Intel Xeon\ncpu MHz\t\t: 2200.000\nflags\t\t: sse2 avx avx2 fma\n\n" \
+      "processor\t: 1\nmodel name\t: Intel Xeon\ncpu MHz\t\t: 2200.000\nflags\t\t: sse2 avx avx2 fma\n"
+
+
+@pytest.mark.parametrize("text, vector, cores, mhz", [
+    (X86, 256, 2, 2200.0),
+    (X86.replace("avx2 fma", "avx2 fma avx512f"), 512, 2, 2200.0),
+    ("processor\t: 0\nFeatures\t: fp asimd evtstrm\nCPU part\t: 0xd0c\n", 128, 1, None),  # ARM: no MHz line
+])
+def test_cpu_facts_read_cores_clock_and_vector_width(text, vector, cores, mhz):
+    facts = roofline.cpu_facts(text)
+    assert (facts["vector_bits"], facts["logical_cores"], facts["mhz"]) == (vector, cores, mhz)
+    assert facts["datasheet"].startswith("no data sheet applies")
+
+
+def test_a_real_bandwidth_measurement_and_the_measured_roof():
+    bw = roofline.measure_bandwidth(device="CPU:0", mib=4, repeats=1, iters=1)
+    assert bw.nbytes == 4 << 20 and bw.copy_gbs > 0 and bw.read_gbs > 0 and bw.best_gbs == max(bw.copy_gbs, bw.read_gbs)
+    mm = roofline.MatmulResult("float32", "CPU:0", 0.1, (64, 64, 64), {})
+    roof = roofline.measured_roof([mm], bw)
+    assert roof.peaks == {"float32": 0.1} and roof.bandwidth_gbs == bw.best_gbs and roof.source.startswith("measured")
+    with pytest.raises(TypeError, match="bandwidth must be a BandwidthResult"):
+        roofline.measured_roof([mm], 5.0)
+    with pytest.raises(ValueError, match="matmuls must be a non-empty list"):
+        roofline.measured_roof([], bw)
+    with pytest.raises(TypeError, match="matmuls must be a non-empty list of MatmulResult"):
+        roofline.measured_roof([bw], bw)
+    with pytest.raises(ValueError, match="mib must be >= 1"):
+        roofline.measure_bandwidth(device="CPU:0", mib=0)
+
+
+def test_format_roof_puts_the_measured_roof_beside_the_data_sheet():
+    sheet = roofline.datasheet_roof("A100")
+    measured = roofline.Roof("this GPU", {"float32": 18.0, "bfloat16": 250.0}, 1800.0, "measured")
+    table = roofline.format_roof(measured, sheet)
+    assert "| float32 TFLOP/s | 18 | 19.5 | 92% |" in table
+    assert "| bfloat16 TFLOP/s | 250 | 312 | 80% |" in table
+    assert "| memory GB/s | 1,800 | 2039 | 88% |" in table
+    assert "ridge (bfloat16)" in roofline.format_roof(measured)
+    with pytest.raises(TypeError, match="roof and reference must be Roof"):
+        roofline.format_roof(measured, "A100")
+
+
+class _FakeConfig:
+    def __init__(self, gpus, name):
+        self._gpus, self._name = gpus, name
+        self.experimental = self
+
+    def list_physical_devices(self, kind):
+        return self._gpus
+
+    def get_device_details(self, gpu):
+        return {"device_name": self._name}
+
+
+def _fake_roof(monkeypatch, gpus, name, dtype_rates, gbs):
+    import types
+
+    monkeypatch.setattr(roofline, "_tf", lambda: types.SimpleNamespace(config=_FakeConfig(gpus, name)))
+    mms = [roofline.MatmulResult(d, "GPU:0" if gpus else "CPU:0", r, (4096, 4096, 4096), {}) for d, r in dtype_rates]
+    bw = roofline.BandwidthResult("GPU:0" if gpus else "CPU:0", 1 << 30, gbs, gbs * 0.9)
+    monkeypatch.setattr(roofline, "measure_roof", lambda quick=False: (roofline.measured_roof(mms, bw), mms, bw))
+
+
+def test_benchmark_rows_on_a_gpu_are_measured_over_the_data_sheet(monkeypatch):
+    from gpucourse import benchmark
+
+    _fake_roof(monkeypatch, ["gpu0"], "NVIDIA H100 80GB HBM3", [("float32", 50.0), ("bfloat16", 700.0)], 2680.0)
+    rows = roofline.benchmark(quick=True)
+    assert all(set(benchmark.REQUIRED_KEYS) <= set(r) for r in rows)
+    bf16 = next(r for r in rows if "bfloat16" in r["case"])
+    assert bf16["ratio_to_bound"] == pytest.approx(989.5 / 700.0)  # measured time over the data sheet's time
+    assert "700 TFLOP/s of 989.5" in bf16["note"]
+    memory = rows[-1]
+    assert memory["ratio_to_bound"] == pytest.approx(3350 / 2680.0) and "2.68e+03 GB/s" in memory["note"]
+
+
+def test_benchmark_rows_on_a_cpu_have_no_bound(monkeypatch):
+    _fake_roof(monkeypatch, [], "", [("float32", 0.1)], 10.0)
+    rows = roofline.benchmark(quick=True)
+    assert [r["bound_s"] for r in rows] == [None, None] and "no data sheet" in rows[0]["note"]
+    assert rows[0]["median_s"] == pytest.approx(2 * 4096 ** 3 / 0.1e12)
