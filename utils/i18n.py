@@ -449,10 +449,10 @@ def main(argv=None) -> int:
                     help="update: English notebooks to start or refresh (default: every one with a PO file)")
     ap.add_argument("--root", type=Path, default=ROOT, help="repository root (default: this checkout)")
     ap.add_argument("--lang", default=LANGS[0], choices=LANGS)
-    a = ap.parse_args(argv)
+    a = ap.parse_intermixed_args(argv)
     root = a.root
     if a.notebooks:
-        pos = [_po_for(root / n if not n.is_absolute() else n, a.lang) for n in a.notebooks]
+        pos = [_po_for(n if n.is_absolute() or n.exists() else root / n, a.lang) for n in a.notebooks]
     else:
         pos = editions(root)
     if a.command == "update":
