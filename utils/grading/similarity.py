@@ -7,11 +7,13 @@ and Aiken, SIGMOD 2003) of the code after Pygments has tokenized it, with every 
 ``V``/``F``/``O``, every string by ``S`` and comments and whitespace dropped. So renaming variables and
 functions, rewording comments and messages or moving cells around does not hide a copy, while two
 different ways to write an answer share only short idioms. The lab's template (the code cells of
-``labs/NN_*.ipynb``, as every learner got them) is copydetect's *boilerplate*: a fingerprint that
-occurs in it never counts, so two labs nobody touched score 0.
+``labs/NN_*.ipynb``, as every learner got them) never counts: its lines (whitespace aside) are left out
+of every document, so no fingerprint runs from given code into an answer, and it is copydetect's
+*boilerplate*, so a fingerprint that occurs in it is dropped. Two labs nobody touched score 0.
 
 For a pair (a, b), ``share_a`` is the fraction of a's fingerprinted code (template left out) that also
-occurs in b, ``share_b`` the other way round, and ``score`` the larger of the two. A pair is listed when
+occurs in b, ``share_b`` the other way round, and ``score`` the larger of the two; ``shared_tokens`` is
+copydetect's count of what they share, in characters of tokenized code. A pair is listed when
 its score is above ``threshold`` (default :data:`DEFAULT_THRESHOLD`, 0.6). Every fingerprint is kept
 (copydetect's noise and guarantee thresholds are equal, window 1), so the same batch always gives the
 same pairs and scores.
