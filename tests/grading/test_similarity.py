@@ -105,6 +105,15 @@ def test_write_similarity_writes_the_csv_and_copydetects_html(tmp_path):
     assert (tmp_path / CSV_NAME).read_bytes() == first  # the same batch, the same report
 
 
+def test_a_learners_name_cannot_write_into_the_html(tmp_path):
+    name = "<img src=x onerror=alert(1)>"
+    pairs = write_similarity([(name, FIXTURES / "alice.ipynb"), ("bob", FIXTURES / "bob.ipynb")], tmp_path, "03",
+                             echo=lambda line: None)
+    assert [(p.a, p.b) for p in pairs] == [(name, "bob")]
+    html = (tmp_path / HTML_NAME).read_text(encoding="utf-8")
+    assert "<img src=x" not in html and "img_src_x_onerror_alert_1.py" in html
+
+
 def test_unreadable_notebooks_are_named_and_the_rest_compared(tmp_path):
     (tmp_path / "carol.ipynb").write_text("not a notebook")
     said = []
