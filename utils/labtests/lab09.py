@@ -28,16 +28,14 @@ def _close(a: float, b: float) -> bool:
     return math.isclose(a, b, rel_tol=1e-6)
 
 
-def _observe(name, *args):
-    def observe(ns, case):
-        got = ns.function(name)(*[case[a] for a in args])
-        try:  # a NumPy or TensorFlow scalar is a number too
-            got = got if isinstance(got, (str, bool, int, float)) else float(got)
-        except (TypeError, ValueError):
-            pass
-        return {"got": got, "type": type(got).__name__}
-
-    return observe
+def _call(ns, name, *args) -> dict:
+    """Call the learner's function ``name``; a NumPy or TensorFlow scalar counts as a number."""
+    got = ns.function(name)(*args)
+    try:
+        got = got if isinstance(got, (str, bool, int, float)) else float(got)
+    except (TypeError, ValueError):
+        pass
+    return {"got": got, "type": type(got).__name__}
 
 
 # --------------------------------------------------------------------------- q1
@@ -50,7 +48,8 @@ class q1:
         return [{"m": rng.choice([1, 8, rng.randint(2, 4096)]), "n": rng.randint(16, 8192),
                  "k": rng.randint(16, 8192), "dtype": d} for d in dtypes]
 
-    observe = _observe("arithmetic_intensity", "m", "n", "k", "dtype")
+    def observe(ns, case):
+        return _call(ns, "arithmetic_intensity", case["m"], case["n"], case["k"], case["dtype"])
 
     def judge(case, seen):
         m, n, k, dtype = case["m"], case["n"], case["k"], case["dtype"]
@@ -90,7 +89,8 @@ class q2:
                         "bandwidth_gbs": round(bw, 1)})
         return out
 
-    observe = _observe("bounding_roof", "flops", "nbytes", "peak_tflops", "bandwidth_gbs")
+    def observe(ns, case):
+        return _call(ns, "bounding_roof", case["flops"], case["nbytes"], case["peak_tflops"], case["bandwidth_gbs"])
 
     def judge(case, seen):
         f, b, p, w = case["flops"], case["nbytes"], case["peak_tflops"], case["bandwidth_gbs"]
@@ -116,7 +116,8 @@ class q3:
         return [{"batch": rng.randint(1, 4096), "d_in": rng.randint(8, 8192), "d_out": rng.randint(8, 8192)}
                 for _ in range(4)]
 
-    observe = _observe("dense_train_flops", "batch", "d_in", "d_out")
+    def observe(ns, case):
+        return _call(ns, "dense_train_flops", case["batch"], case["d_in"], case["d_out"])
 
     def judge(case, seen):
         b, i, o = case["batch"], case["d_in"], case["d_out"]
@@ -163,7 +164,8 @@ class q4:
                         "gpu": name})
         return out
 
-    observe = _observe("step_mfu", "params", "tokens", "step_s", "sheet", "dtype")
+    def observe(ns, case):
+        return _call(ns, "step_mfu", case["params"], case["tokens"], case["step_s"], case["sheet"], case["dtype"])
 
     def judge(case, seen):
         p, t, s, sheet, dtype = case["params"], case["tokens"], case["step_s"], case["sheet"], case["dtype"]
