@@ -9,6 +9,7 @@ the solved one). Beside it, ``<name>.expected.json`` holds the golden outcome::
      "tampering": ["json.dumps was replaced"], # fragments, each found in one tampering reason
      "tampering_any": ["...", "..."],          # at least one of these (the run stops at the first sign)
      "flags": ["..."],                         # fragments, each found in one review flag
+     "no_flags": ["..."],                      # fragments found in no review flag (correct answers)
      "withheld": ["q4"],                       # items whose marks are withheld
      "items": {"q1": "fail"},                  # item statuses
      "messages": {"q4": ["fragment"]},         # fragments of an item's message
@@ -89,6 +90,8 @@ def check_attack(path: Path, tmp_path: Path) -> None:
         assert any(f in t for f in want["tampering_any"] for t in rep.tampering), text
     for fragment in want.get("flags", []):
         assert any(fragment in f for f in rep.flags), f"no flag with {fragment!r}:\n{text}"
+    for fragment in want.get("no_flags", []):
+        assert not any(fragment in f for f in rep.flags), f"a flag with {fragment!r}:\n{text}"
     rows = {r["key"]: r for r in rep.items}
     for key in want.get("withheld", []):
         assert rows[key]["status"] == "withheld" and rows[key]["points"] == 0, text

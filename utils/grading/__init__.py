@@ -9,6 +9,9 @@ Grader side (``gpucourse-grade``, :mod:`.cli`), modelled on nbgrader's and otter
 
 * :mod:`.runner`: :func:`~.runner.grade_notebook`, the steps of grading one submission;
 * :mod:`.execute`: run cells in a fresh kernel with a time limit, then kill it and its children;
+* :mod:`.sandbox`: the kernel as an unprivileged user in bubblewrap, and the sweep that kills every
+  process of a run before any result is written;
+* :mod:`.seal`: the results' manifest (digests, HMAC), written last; ``gpucourse-grade verify``;
 * :mod:`.kernel_guard` and :mod:`.kernel_observe`: the code that runs *inside* the kernel (the
   guard before the submission, the observation driver after it), real files read as text;
 * :mod:`.channel`: the grader's end of the guard's authenticated socket;

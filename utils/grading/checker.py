@@ -3,6 +3,8 @@
 ``check()`` runs entirely in the learner's kernel (a learner who fools it only fools themselves).
 While the grader runs a submission (``GPUCOURSE_GRADING=1`` in the kernel's environment) it does
 nothing but say so: the grader checks every item itself, on its own cases, out of the kernel.
+What it prints is in the notebook's language (:func:`.items.language`: Chinese in a ``zh-CN``
+folder or with ``GPUCOURSE_LANG=zh_CN``); the verdicts and points are the same in every language.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import inspect
 import os
 
-from .items import ItemResult, Namespace, items_in, lab_test_path, load_test_file, run_item, score_table
+from .items import ItemResult, Namespace, items_in, lab_test_path, load_test_file, run_item, score_table, tr
 
 __all__ = ["Checker"]
 
@@ -48,10 +50,11 @@ class Checker:
         The result is kept in ``self.results[key]``.
         """
         if _grading():
-            print(f"📝 {key}: checked by the grader")
+            print(tr("📝 {key}: checked by the grader", key=key))
             return
         if key not in self._items:
-            print(f"⚠️ Lab {self.lab} has no item {key!r}; its items are {', '.join(self._items)}.")
+            print(tr("⚠️ Lab {lab} has no item {key}; its items are {keys}.", lab=self.lab, key=repr(key),
+                     keys=", ".join(self._items)))
             return
         if namespace is None:
             namespace = inspect.currentframe().f_back.f_globals
@@ -62,7 +65,7 @@ class Checker:
     def run_all(self, namespace: dict | None = None) -> None:
         """Check every item (quietly), then print the summary."""
         if _grading():
-            print("📝 checked by the grader")
+            print(tr("📝 checked by the grader"))
             return
         if namespace is None:
             namespace = inspect.currentframe().f_back.f_globals
@@ -72,8 +75,8 @@ class Checker:
 
     def rows(self) -> list[ItemResult]:
         """One result per item in lab order; items not checked yet count as 0."""
-        return [self.results.get(key) or ItemResult(key, spec.title, 0, spec.points, "todo",
-                                                     f"not checked yet: run check({key!r})")
+        return [self.results.get(key) or ItemResult(key, tr(spec.title), 0, spec.points, "todo",
+                                                     tr("not checked yet: run check({key})", key=repr(key)))
                 for key, (spec, _) in self._items.items()]
 
     def score(self) -> tuple[int, int]:
@@ -84,9 +87,9 @@ class Checker:
     def summary(self) -> None:
         """Print the score over all items; unchecked items count as 0."""
         if _grading():
-            print(f"📝 Lab {self.lab}: scored by the grader")
+            print(tr("📝 Lab {lab}: scored by the grader", lab=self.lab))
             return
-        print(score_table(self.rows(), title=f"Lab {self.lab}"))
+        print(score_table(self.rows(), title=tr("Lab {lab}", lab=self.lab)))
 
     def __repr__(self) -> str:
         return f"Checker(lab={self.lab!r}, items={self.keys})"

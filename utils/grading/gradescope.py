@@ -252,7 +252,7 @@ def run(root: Path) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     hidden = [source / h for h in config.get("hidden", [])]
     if os.geteuid() == 0:  # what the kernel's user must neither read nor write: root's alone
-        for p in [out, *{h.parent for h in hidden}]:
+        for p in [out, *{h.parent for h in hidden if h.parent.is_dir()}]:
             os.chown(p, 0, 0)
             os.chmod(p, 0o700 if p != out else 0o755)
     nb, note = _pick(root / "submission", lab)

@@ -48,6 +48,11 @@ learner's code and judges in one go (an *inline* item). Inline items run
 entirely inside the learner's kernel, so the grader trusts them less; the
 course's own labs use split items only.
 
+Every learner-facing text goes through :func:`tr`, a gettext-style lookup in the message
+catalogue ``grading/locale/<lang>.po`` (msgid: the English text with ``{name}`` fields), in the
+:func:`language` of the notebook: ``GPUCOURSE_LANG`` (``zh_CN``), else Chinese when the notebook is
+in a ``zh-CN`` folder. Messages only: statuses and points never depend on the language.
+
 This module uses the standard library only, so the grader can load a fresh
 copy of it by file path, out of reach of anything a submission patched.
 """
@@ -56,6 +61,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import signal
 import sys
 import threading
@@ -68,11 +74,73 @@ from typing import Callable, Mapping
 
 __all__ = ["Fail", "ItemResult", "ItemTimeout", "ItemSpec", "Namespace", "NotDefined", "Observed", "expect_raised", "expect_raises",
            "is_split", "item", "items_in", "judge_item", "lab_ids", "lab_test_path", "load_test_file",
-           "load_test_source", "make_cases", "observe_item", "outcome", "plain", "round_trip", "run_item",
-           "score_table"]
+           "language", "load_test_source", "make_cases", "observe_item", "outcome", "plain", "round_trip",
+           "run_item", "score_table", "tr"]
 
 LABTESTS_DIR = Path(__file__).resolve().parent.parent / "labtests"
 _MARK = "__gpucourse_item__"
+#: The message catalogues: ``zh_CN.po`` translates the English messages (gettext PO, msgid -> msgstr).
+LOCALE_DIR = Path(__file__).resolve().parent / "locale"
+_CATALOGUES: dict = {}
+
+
+def language() -> str:
+    """``"zh_CN"`` or ``"en"``: ``GPUCOURSE_LANG`` if set (``zh_CN``, ``zh-CN``, ``zh``; anything else is
+    English), else ``"zh_CN"`` when the notebook is in a ``zh-CN`` folder (Jupyter's ``JPY_SESSION_NAME``,
+    or the kernel's working folder, which is the notebook's), else ``"en"``."""
+    want = os.environ.get("GPUCOURSE_LANG", "").strip().lower()
+    if want:
+        return "zh_CN" if want.startswith("zh") else "en"
+    places = [os.environ.get("JPY_SESSION_NAME", "")]
+    try:
+        places.append(os.getcwd())
+    except OSError:  # the working folder was deleted
+        pass
+    return "zh_CN" if any("zh-CN" in Path(p).parts for p in places if p) else "en"
+
+
+def _read_catalogue(text: str) -> dict:
+    """msgid -> msgstr of the translated, non-fuzzy entries of PO ``text`` (gpucourse.i18n writes and checks it)."""
+    table: dict = {}
+    entry: dict = {}
+    key = None
+    for line in text.splitlines() + [""]:
+        line = line.strip()
+        if not line:
+            if entry.get("msgid") and entry.get("msgstr") and not entry.get("fuzzy"):
+                table[entry["msgid"]] = entry["msgstr"]
+            entry, key = {}, None
+        elif line.startswith("#"):  # comments, flags, obsolete entries (#~)
+            entry["fuzzy"] = entry.get("fuzzy") or (line.startswith("#,") and "fuzzy" in line)
+        elif line.split(" ", 1)[0] in ("msgctxt", "msgid", "msgstr"):
+            key, _, rest = line.partition(" ")
+            entry[key] = json.loads(rest)
+        elif line.startswith('"') and key:
+            entry[key] += json.loads(line)
+    return table
+
+
+def _catalogue(lang: str) -> dict:
+    if lang not in _CATALOGUES:
+        try:
+            _CATALOGUES[lang] = _read_catalogue((LOCALE_DIR / f"{lang}.po").read_text(encoding="utf-8"))
+        except (OSError, ValueError):  # no catalogue (an install without it), or an unreadable one: English
+            _CATALOGUES[lang] = {}
+    return _CATALOGUES[lang]
+
+
+def tr(msgid: str, **fields) -> str:
+    """``msgid`` in the learner's :func:`language`, then ``str.format(**fields)`` if fields are given.
+
+    A message without a translation, or with a translation whose fields do not fit, stays English.
+    """
+    text = msgid if language() == "en" else _catalogue(language()).get(msgid, msgid)
+    if not fields:
+        return text
+    try:
+        return text.format(**fields)
+    except (KeyError, IndexError, ValueError):
+        return msgid.format(**fields)
 
 
 #: Seconds one item may run before it is stopped (an endless loop in the learner's code).
@@ -89,7 +157,7 @@ def expect_raises(call: Callable[[], object], what: str, why: str = "", exc_type
     ``what`` names the call for the learner, e.g. ``"pick_device([])"``; ``why`` says why it must
     raise. ``NotImplementedError`` passes through, so an untouched stub still counts as not attempted.
     """
-    reason = f" ({why})" if why else ""
+    reason = tr(" ({why})", why=tr(why)) if why else ""
     try:
         got = call()
     except exc_type:
@@ -97,9 +165,10 @@ def expect_raises(call: Callable[[], object], what: str, why: str = "", exc_type
     except NotImplementedError:
         raise
     except Exception as exc:
-        raise Fail(f"{what} should raise {exc_type.__name__}{reason}, it raised "
-                   f"{type(exc).__name__}: {exc}") from None
-    raise Fail(f"{what} should raise {exc_type.__name__}{reason}, but returned {got!r}")
+        raise Fail(tr("{what} should raise {expected}{reason}, it raised {raised}: {message}", what=what,
+                      expected=exc_type.__name__, reason=reason, raised=type(exc).__name__, message=exc)) from None
+    raise Fail(tr("{what} should raise {expected}{reason}, but returned {got}", what=what,
+                  expected=exc_type.__name__, reason=reason, got=repr(got)))
 
 
 class ItemTimeout(BaseException):
@@ -196,12 +265,14 @@ def outcome(call: Callable[[], object]) -> dict:
 
 def expect_raised(seen: dict, what: str, why: str = "", exc_name: str = "ValueError") -> None:
     """In ``judge``: fail unless the :func:`outcome` ``seen`` raised ``exc_name`` (or a subclass of it)."""
-    reason = f" ({why})" if why else ""
+    reason = tr(" ({why})", why=tr(why)) if why else ""
     if "raised" in seen:
         if exc_name in seen.get("raised_mro", [seen["raised"]]):
             return
-        raise Fail(f"{what} should raise {exc_name}{reason}, it raised {seen['raised']}: {seen.get('message', '')}")
-    raise Fail(f"{what} should raise {exc_name}{reason}, but returned {_short(seen.get('value'))}")
+        raise Fail(tr("{what} should raise {expected}{reason}, it raised {raised}: {message}", what=what,
+                      expected=exc_name, reason=reason, raised=seen["raised"], message=seen.get("message", "")))
+    raise Fail(tr("{what} should raise {expected}{reason}, but returned {got}", what=what, expected=exc_name,
+                  reason=reason, got=_short(seen.get("value"))))
 
 
 def _short(value, limit: int = 200) -> str:
@@ -225,15 +296,15 @@ class Namespace:
     def value(self, name: str):
         """The variable ``name``; fails with a hint if the learner has not defined it."""
         if name not in self._ns:
-            raise NotDefined(f"Not attempted: `{name}` is not defined yet. Run the cell above first (the one that "
-                             f"defines `{name}`, and the cells before it).")
+            raise NotDefined(tr("Not attempted: `{name}` is not defined yet. Run the cell above first (the one that "
+                                "defines `{name}`, and the cells before it).", name=name))
         return self._ns[name]
 
     def function(self, name: str) -> Callable:
         """The function ``name``; fails with a hint if missing or not callable."""
         obj = self.value(name)
         if not callable(obj):
-            raise Fail(f"`{name}` should be a function, but it is a {type(obj).__name__}.")
+            raise Fail(tr("`{name}` should be a function, but it is a {kind}.", name=name, kind=type(obj).__name__))
         return obj
 
 
@@ -279,10 +350,11 @@ def _error_message(exc: BaseException, test_file: str | None) -> str:
     what = f"{type(exc).__name__}: {exc}"
     f = _learner_frame(exc, test_file)
     if f is None:
-        return (f"The check raised {what} while testing your answer: look at what your function returns "
-                f"(type, shape, device). If it looks right, tell your instructor.")
-    where = f" (in `{f.name}`, line: {f.line.strip()})" if f.line else f" (in `{f.name}`)"
-    return f"Your code raised {what}{where}"
+        return tr("The check raised {what} while testing your answer: look at what your function returns "
+                  "(type, shape, device). If it looks right, tell your instructor.", what=what)
+    where = (tr(" (in `{function}`, line: {line})", function=f.name, line=f.line.strip()) if f.line
+             else tr(" (in `{function}`)", function=f.name))
+    return tr("Your code raised {what}{where}", what=what, where=where)
 
 
 def _alarm_available() -> bool:
@@ -313,24 +385,29 @@ class _Alarm:
 
 
 def _timeout_message(timeout_s) -> str:
-    return (f"Stopped after {timeout_s:g} s: your code did not finish. Look for an endless "
-            f"loop, or an iterator that never ends (e.g. a dataset with .repeat()).")
+    return tr("Stopped after {seconds} s: your code did not finish. Look for an endless loop, or an iterator "
+              "that never ends (e.g. a dataset with .repeat()).", seconds=f"{timeout_s:g}")
 
 
-_TODO_MESSAGE = ("Not attempted yet: your code still raises NotImplementedError. "
-                 "Replace the `raise NotImplementedError` line under the TODO with your code.")
+def _todo_message() -> str:
+    return tr("Not attempted yet: your code still raises NotImplementedError. "
+              "Replace the `raise NotImplementedError` line under the TODO with your code.")
 
 
 def _fail_message(exc: AssertionError, test_file: str | None) -> str:
     msg = str(exc).strip()
     if not msg:
         tb = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == test_file]
-        msg = f"check failed: {tb[-1].line.strip()}" if tb and tb[-1].line else "a check failed"
+        msg = tr("check failed: {line}", line=tb[-1].line.strip()) if tb and tb[-1].line else tr("a check failed")
     return msg
 
 
-def _classify(call: Callable[[], object], test_file: str | None, timeout_s) -> tuple[str, object]:
-    """Run ``call``; return ("ok", value) or (status, learner-facing message). Never raises but for interrupts."""
+def _classify(call: Callable[[], object], test_file: str | None, timeout_s,
+              raw_errors: bool = False) -> tuple[str, object]:
+    """Run ``call``; return ("ok", value) or (status, learner-facing message). Never raises but for interrupts.
+
+    ``raw_errors``: an exception other than a Fail is given as ``"Type: message"`` only (a judge's own bug).
+    """
     try:
         with _Alarm(timeout_s):
             return "ok", call()
@@ -341,16 +418,16 @@ def _classify(call: Callable[[], object], test_file: str | None, timeout_s) -> t
     except NotDefined as exc:
         return "todo", str(exc)
     except NotImplementedError:
-        return "todo", _TODO_MESSAGE
+        return "todo", _todo_message()
     except AssertionError as exc:  # Fail is an AssertionError
         return "fail", _fail_message(exc, test_file)
     except BaseException as exc:  # learner code may raise anything, even SystemExit
-        return "error", _error_message(exc, test_file)
+        return "error", f"{type(exc).__name__}: {exc}" if raw_errors else _error_message(exc, test_file)
 
 
 def _result(spec: ItemSpec, status: str, message: str = "") -> ItemResult:
     pts = spec.points if status == "pass" else 0
-    return ItemResult(spec.key, spec.title, pts, spec.points, status, message)
+    return ItemResult(spec.key, tr(spec.title), pts, spec.points, status, message)
 
 
 def make_cases(obj, seed: int | None = None) -> list:
@@ -391,21 +468,21 @@ def observe_item(obj, ns: "Namespace | Mapping", cases: list, timeout_s: float |
 def judge_item(spec: ItemSpec, obj, cases: list, observed: Observed) -> ItemResult:
     """Trusted side: the verdict on ``observed`` for ``cases``. Never raises."""
     if not isinstance(observed, dict) or observed.get("status") not in ("ok", "todo", "fail", "error"):
-        return _result(spec, "error", "the grader received no readable observation for this item")
+        return _result(spec, "error", tr("the grader received no readable observation for this item"))
     if observed["status"] != "ok":
         return _result(spec, observed["status"], str(observed.get("message", "")))
     seen = observed.get("seen")
     if not isinstance(seen, list) or len(seen) != len(cases):
-        return _result(spec, "error", "the grader received observations that do not match its cases")
+        return _result(spec, "error", tr("the grader received observations that do not match its cases"))
     test_file = getattr(getattr(obj.judge, "__code__", None), "co_filename", None)
     for case, obs in zip(cases, seen):
-        status, value = _classify(lambda: obj.judge(case, obs), test_file, None)
+        status, value = _classify(lambda: obj.judge(case, obs), test_file, None, raw_errors=True)
         if status == "todo":
-            return _result(spec, "todo", _TODO_MESSAGE)
+            return _result(spec, "todo", _todo_message())
         if status == "error":  # a judge never runs learner code: this is a bug in the test itself
-            return _result(spec, "error", f"The check failed while judging your answer ({value.split(': ', 1)[-1]}): "
-                                          "look at what your function returns (type, shape, nesting). If it "
-                                          "looks right, tell your instructor.")
+            return _result(spec, "error", tr("The check failed while judging your answer ({what}): look at what "
+                                             "your function returns (type, shape, nesting). If it looks right, "
+                                             "tell your instructor.", what=value))
         if status != "ok":
             return _result(spec, status, value)
     return _result(spec, "pass")
@@ -425,8 +502,8 @@ def run_item(spec: ItemSpec, fn: Callable, ns: Namespace | Mapping,
         try:
             cases = make_cases(fn, seed)
         except Exception as exc:
-            return _result(spec, "error", f"The check could not build its test cases ({type(exc).__name__}: "
-                                          f"{exc}). Tell your instructor.")
+            return _result(spec, "error", tr("The check could not build its test cases ({what}). Tell your "
+                                             "instructor.", what=f"{type(exc).__name__}: {exc}"))
         return judge_item(spec, fn, cases, observe_item(fn, ns, cases, timeout_s))
     test_file = getattr(getattr(fn, "__code__", None), "co_filename", None)
     status, value = _classify(lambda: fn(ns), test_file, timeout_s)
@@ -485,5 +562,5 @@ def score_table(results: list[ItemResult], title: str = "") -> str:
     total = sum(r.max_points for r in results)
     lines = [title] if title else []
     lines += [r.line() for r in results]
-    lines.append(f"Score: {got}/{total}")
+    lines.append(tr("Score: {got}/{total}", got=got, total=total))
     return "\n".join(lines)

@@ -33,14 +33,32 @@ DRIVER_FILENAME = "<gpucourse-observe>"
 HIDDEN_NAMES = ("In", "Out", "get_ipython", "exit", "quit")
 
 
+def _remember(path: str, source: str) -> None:
+    """Give linecache the source of a file the grader sent as text (mtime None: never checked on disk).
+
+    Tracebacks and TensorFlow's AutoGraph (which reads a traced function's source through
+    ``inspect``) then never open the test file. Such a read is made on the grader's behalf, yet
+    perhaps with the learner's code on the stack (``tf.function(f).get_concrete_function()`` on the
+    check's own ``f`` inside a learner's function): the guard would take it for the learner reading
+    the tests. In the sandbox the file on disk is an empty stand-in anyway. (The modules built from
+    such text then lose their ``__file__``: AutoGraph calls ``linecache.updatecache``, which reads
+    the disk again, for any function whose file is some loaded module's ``__file__``.)
+    """
+    import linecache
+
+    linecache.cache[path] = (len(source), None, source.splitlines(True), path)
+
+
 def _fresh_module(name: str, path: str, source: str):
     import sys
     import types
 
+    _remember(path, source)
     module = types.ModuleType(name)
     module.__file__ = path
     sys.modules[name] = module  # dataclasses look their module up while the class is created
     exec(compile(source, path, "exec"), module.__dict__)  # noqa: S102 (the grader's own code, read before the run)
+    del module.__file__  # see _remember
     return module
 
 
@@ -73,7 +91,9 @@ def run(config_text: str, user_ns: dict, audit=None) -> dict:
     try:
         for source, path, text in config["tests"]:
             try:
+                _remember(path, text)
                 module = items.load_test_source(text, path)
+                module.__dict__.pop("__file__", None)  # see _remember
                 found[source] = {spec.key: (spec, obj) for spec, obj in items.items_in(module)}
             except Exception as exc:
                 errors[source] = f"{type(exc).__name__}: {exc}"[:500]

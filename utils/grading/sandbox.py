@@ -243,12 +243,13 @@ def choose(workdir: Path, reach=(), hide=()) -> Sandbox:
                 os.chmod(p, 0o770)
         if level == "bubblewrap":
             box.prefix = _bwrap_args(Path(workdir), reach, hide, box.uid)
-            box.note = ("user, PID and mount namespaces, read-only machine, tests and output hidden" +
-                        (f", dedicated uid {box.uid}" if root else ", as the grader's user"))
+            box.note = (("PID, IPC, UTS and mount namespaces, a dedicated uid" if root else
+                         "user, PID, IPC, UTS and mount namespaces, as the grader's user") +
+                        ", read-only machine, tests and output hidden")
         else:
             box.prefix = _setpriv(box.uid)
             _become_subreaper()
-            box.note = (f"dedicated uid {box.uid}, no namespaces ({'; '.join(why_not)}): the kernel could read "
+            box.note = (f"a dedicated uid, no namespaces ({'; '.join(why_not)}): the kernel could read "
                         "what any user may read")
         return box
     raise AssertionError("unreachable")

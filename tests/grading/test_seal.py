@@ -1,0 +1,72 @@
+"""gpucourse.grading.seal and `gpucourse-grade verify`: a change to the results after grading is named."""
+
+import json
+
+import pytest
+
+from gpucourse.grading.cli import main as cli_main
+from gpucourse.grading.gradebook import write_gradebook
+from gpucourse.grading.report import GradeReport
+from gpucourse.grading.seal import MANIFEST, key_path, seal, verify
+
+
+@pytest.fixture(autouse=True)
+def key(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUCOURSE_GRADING_KEY", str(tmp_path / "keys" / "grading.key"))
+    return tmp_path / "keys" / "grading.key"
+
+
+def _book(tmp_path):
+    items = [{"key": "q1", "title": "t", "points": 0, "max_points": 5, "status": "fail", "message": "no",
+              "source": "public", "trust": "split"}]
+    rows = [GradeReport("m.ipynb", "02", "graded", "", 0, 5, items, learner="mallory",
+                        isolation="bubblewrap: test").to_dict()]
+    out = tmp_path / "out"
+    write_gradebook(rows, out)
+    return out
+
+
+def test_the_gradebook_is_sealed_last_and_a_rewritten_row_is_named(tmp_path, key, capsys):
+    out = _book(tmp_path)
+    assert key_path() == key and (key.stat().st_mode & 0o777) == 0o600
+    manifest = json.loads((out / MANIFEST).read_text())
+    assert {"gradebook.csv", "gradebook.json", "canvas.csv", "feedback/mallory.txt",
+            "reports/mallory.json"} == set(manifest["files"])
+    assert verify(out) == [] and cli_main(["verify", str(out)]) == 0
+    assert "isolation" in (out / "gradebook.csv").read_text().splitlines()[0]
+    rows = json.loads((out / "gradebook.json").read_text())
+    rows[0]["score"] = 5
+    (out / "gradebook.json").write_text(json.dumps(rows))
+    (out / "extra.txt").write_text("x")
+    (out / "feedback" / "mallory.txt").unlink()
+    capsys.readouterr()
+    assert cli_main(["verify", str(out)]) == 1
+    said = capsys.readouterr().out
+    assert f"CHANGED {out / 'gradebook.json'}: changed after grading" in said
+    assert f"{out / 'extra.txt'}: added after grading" in said
+    assert f"{out / 'feedback' / 'mallory.txt'}: removed after grading" in said
+
+
+def test_a_manifest_rewritten_without_the_key_is_named(tmp_path, key):
+    out = _book(tmp_path)
+    (out / "gradebook.json").write_text("[]\n")
+    manifest = json.loads((out / MANIFEST).read_text())
+    manifest["files"]["gradebook.json"] = __import__("hashlib").sha256(b"[]\n").hexdigest()
+    (out / MANIFEST).write_text(json.dumps(manifest))
+    assert verify(out) == [f"{out / MANIFEST}: changed after grading (its HMAC does not match the grading key)"]
+    key.unlink()
+    assert "cannot be authenticated: no grading key" in verify(out)[0]
+    (out / MANIFEST).unlink()
+    assert "missing" in verify(out)[0]
+
+
+def test_one_report_is_sealed_beside_others(tmp_path):
+    (tmp_path / "a.json").write_text("{}")
+    (tmp_path / "b.json").write_text("{}")
+    (tmp_path / "notes.txt").write_text("the instructor's own file")
+    seal(tmp_path, [tmp_path / "a.json"])
+    seal(tmp_path, [tmp_path / "b.json"])
+    assert set(json.loads((tmp_path / MANIFEST).read_text())["files"]) == {"a.json", "b.json"}
+    assert verify(tmp_path) == []
+    (tmp_path / "a.json").write_text('{"score": 10}')
+    assert verify(tmp_path) == [f"{tmp_path / 'a.json'}: changed after grading"]
