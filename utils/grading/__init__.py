@@ -18,6 +18,8 @@ Grader side (``gpucourse-grade``, :mod:`.cli`), modelled on nbgrader's and otter
 * :mod:`.judge`: tests loaded once per process, secret cases, verdicts;
 * :mod:`.integrity`: what the guard watches, the static scan, the verdict on the guard's records;
 * :mod:`.report` (:class:`~.report.GradeReport`) and :mod:`.gradebook` (CSV/JSON/feedback, Canvas);
+* :mod:`.similarity`: similar submissions in a batch (copydetect's winnowing fingerprints), written to
+  ``similarity.csv`` and ``similarity.html`` for a human; never a score;
 * :mod:`.gradescope`: the Gradescope bundle and ``results.json``;
 * :mod:`.benchmark`: seconds per submission (``python -m gpucourse.grading.benchmark``).
 """
