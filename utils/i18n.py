@@ -20,6 +20,7 @@ notebook pointed one folder up. A cell without a current translation keeps its E
     python -m gpucourse.i18n update notebooks/02_placement_logging.ipynb   # start (or refresh) one
     python -m gpucourse.i18n build               # write the zh notebooks from English + PO
     python -m gpucourse.i18n check               # what is missing, outdated or stale; exit 1 if any
+    python -m gpucourse.i18n messages            # refresh check()'s message catalogue from the code
 
 ``update`` works like ``msgmerge``: a new English cell gets an empty ``msgstr``; a changed cell gets
 the old translation marked ``#, fuzzy`` with the old English as ``#| msgid`` (so the translator sees
@@ -39,8 +40,9 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["LANGS", "Entry", "Problem", "build_notebook", "cell_hash", "check", "editions", "english_for",
-           "main", "read_po", "render_po", "update_po", "write_po", "zh_path_for"]
+__all__ = ["CATALOGUE", "LANGS", "Entry", "Problem", "build_notebook", "cell_hash", "check", "check_catalogue",
+           "editions", "english_for", "extract_messages", "main", "read_po", "render_po", "update_catalogue",
+           "update_po", "write_po", "zh_path_for"]
 
 ROOT = Path(__file__).resolve().parent.parent
 #: Languages with an edition: the folder name beside the English notebooks.
@@ -247,36 +249,114 @@ def _markdown_cells(nb) -> list[tuple[int, str]]:
 
 def update_po(english_nb, entries: list[Entry], name: str, lang: str = "zh-CN") -> list[Entry]:
     """Entries for ``english_nb`` (an nbformat node), reusing the translations in ``entries`` (msgmerge)."""
+    wanted, seen = [], set()
+    for number, src in _markdown_cells(english_nb):
+        if cell_hash(src) not in seen:
+            seen.add(cell_hash(src))
+            wanted.append((cell_hash(src), src, f"markdown cell {number} of {name}"))
+    return _merge(entries, wanted, _header(lang, name))
+
+
+def _merge(entries: list[Entry], wanted: list[tuple[str | None, str, str]], header: Entry) -> list[Entry]:
+    """msgmerge: one entry per ``(msgctxt, msgid, where)`` of ``wanted``, translations taken from ``entries``.
+
+    An exact match keeps its translation (and flags); a new text takes the most similar translation
+    without a text, marked fuzzy with the old English as ``previous``; leftovers become obsolete.
+    """
     old = [e for e in entries if e.msgid != "" or e.msgctxt is not None]
-    header = next((e for e in entries if e.msgid == "" and e.msgctxt is None), None) or _header(lang, name)
-    by_hash = {e.msgctxt: e for e in old}
-    cells = _markdown_cells(english_nb)
-    current = {cell_hash(src) for _, src in cells}
-    spare = [e for e in old if e.msgctxt not in current and e.msgstr.strip()]  # translations without a cell
-    out, seen = [header], set()
-    for number, src in cells:
-        h = cell_hash(src)
-        if h in seen:
-            continue
-        seen.add(h)
-        where = f"markdown cell {number} of {name}"
-        found = by_hash.get(h)
+    header = next((e for e in entries if e.msgid == "" and e.msgctxt is None), None) or header
+    exact = {(e.msgctxt, e.msgid): e for e in old}
+    current = {(ctxt, msgid) for ctxt, msgid, _ in wanted}
+    spare = [e for e in old if (e.msgctxt, e.msgid) not in current and e.msgstr.strip()]
+    out = [header]
+    for ctxt, msgid, where in wanted:
+        found = exact.get((ctxt, msgid))
         if found is not None:
             new = copy.deepcopy(found)
-            new.obsolete, new.extracted, new.msgid = False, [where], src
+            new.obsolete, new.extracted = False, [where]
         else:
-            new = Entry(msgid=src, msgctxt=h, extracted=[where])
-            best = max(spare, key=lambda e: difflib.SequenceMatcher(None, e.msgid, src).ratio(), default=None)
-            if best is not None and difflib.SequenceMatcher(None, best.msgid, src).ratio() >= 0.5:
+            new = Entry(msgid=msgid, msgctxt=ctxt, extracted=[where])
+            best = max(spare, key=lambda e: difflib.SequenceMatcher(None, e.msgid, msgid).ratio(), default=None)
+            if best is not None and difflib.SequenceMatcher(None, best.msgid, msgid).ratio() >= 0.5:
                 spare.remove(best)
                 new.msgstr, new.flags, new.previous = best.msgstr, ["fuzzy"], best.msgid
                 new.comments = list(best.comments)
         out.append(new)
     for e in old:
-        if e.msgctxt not in current and e.msgstr.strip():
+        if (e.msgctxt, e.msgid) not in current and e.msgstr.strip():
             gone = copy.deepcopy(e)
             gone.obsolete, gone.flags, gone.previous = True, [], None
             out.append(gone)
+    return out
+
+
+# ----------------------------------------------------------------------------- check() messages
+
+#: The message catalogue of what check() and the grader print (``gpucourse.grading.items.tr`` reads it).
+CATALOGUE = Path(__file__).resolve().parent / "grading" / "locale" / "zh_CN.po"
+#: The code whose messages are translated: the checker, and the labs whose feedback is (lab 01 so far).
+MESSAGE_SOURCES = ("grading/items.py", "grading/checker.py", "labtests/lab01.py")
+
+
+_FIELDS = re.compile(r"(?<!\{)\{(\w*)[^{}]*\}")
+
+
+def extract_messages(paths) -> list[tuple[str, str]]:
+    """(msgid, "file:line") of every message in ``paths``: ``tr("...")`` calls, ``@item(title=...)`` and
+    the ``why`` of ``expect_raised``/``expect_raises`` (xgettext for this course)."""
+    import ast
+
+    found: dict[str, tuple] = {}
+    for number, path in enumerate(paths):
+        path = Path(path)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if not isinstance(node, ast.Call):
+                continue
+            name = getattr(node.func, "id", getattr(node.func, "attr", ""))
+            args = {"tr": node.args[:1], "expect_raised": node.args[2:3], "expect_raises": node.args[2:3]}.get(name, [])
+            args = list(args) + [k.value for k in node.keywords
+                                 if (name == "item" and k.arg == "title") or (name.startswith("expect_") and k.arg == "why")]
+            for arg in args:
+                if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and arg.value:
+                    where = (number, node.lineno, f"{path.parent.name}/{path.name}")  # no line: no churn
+                    found[arg.value] = min(found.get(arg.value, where), where)
+    return [(msgid, where[2]) for msgid, where in sorted(found.items(), key=lambda kv: kv[1])]
+
+
+def update_catalogue(catalogue: Path = CATALOGUE, sources=None) -> bool:
+    """Refresh the catalogue from :data:`MESSAGE_SOURCES`; True if it changed."""
+    sources = sources or [Path(__file__).resolve().parent / s for s in MESSAGE_SOURCES]
+    old = read_po(catalogue.read_text(encoding="utf-8"), catalogue.name) if catalogue.is_file() else []
+    new = _merge(old, [(None, msgid, where) for msgid, where in extract_messages(sources)],
+                 _header("zh_CN", "check() and grader messages"))
+    for e in new[1:]:  # PO editors and `msgfmt --check` then verify that a translation keeps every {field}
+        e.flags = [f for f in e.flags if f != "python-brace-format"]
+        if not e.obsolete and _FIELDS.search(e.msgid):
+            e.flags.append("python-brace-format")
+    text = render_po(new)
+    if catalogue.is_file() and catalogue.read_text(encoding="utf-8") == text:
+        return False
+    catalogue.parent.mkdir(parents=True, exist_ok=True)
+    catalogue.write_text(text, encoding="utf-8")
+    return True
+
+
+def check_catalogue(catalogue: Path = CATALOGUE, sources=None) -> list[str]:
+    """Messages of :data:`MESSAGE_SOURCES` without a current translation, or whose translation's
+    ``{fields}`` differ from the English ones (then ``tr`` would print the English)."""
+    sources = sources or [Path(__file__).resolve().parent / s for s in MESSAGE_SOURCES]
+    entries = {e.msgid: e for e in read_po(catalogue.read_text(encoding="utf-8"), catalogue.name)
+               if not e.obsolete and e.msgctxt is None} if catalogue.is_file() else {}
+    fields = _FIELDS
+    out = []
+    for msgid, where in extract_messages(sources):
+        e = entries.get(msgid)
+        if e is None or not e.msgstr.strip():
+            out.append(f"{where}: message without a translation in {catalogue.name}: {msgid!r}")
+        elif e.fuzzy:
+            out.append(f"{where}: translation marked fuzzy in {catalogue.name} (the English changed): {msgid!r}")
+        elif sorted(fields.findall(e.msgstr)) != sorted(fields.findall(msgid)):
+            out.append(f"{where}: the translation's {{fields}} differ from the English: {msgid!r}")
     return out
 
 
@@ -444,7 +524,7 @@ def main(argv=None) -> int:
     import nbformat
 
     ap = argparse.ArgumentParser(prog="python -m gpucourse.i18n", description=__doc__.split("\n\n")[0])
-    ap.add_argument("command", choices=("update", "build", "check"))
+    ap.add_argument("command", choices=("update", "build", "check", "messages"))
     ap.add_argument("notebooks", nargs="*", type=Path,
                     help="update: English notebooks to start or refresh (default: every one with a PO file)")
     ap.add_argument("--root", type=Path, default=ROOT, help="repository root (default: this checkout)")
@@ -455,6 +535,10 @@ def main(argv=None) -> int:
         pos = [_po_for(n if n.is_absolute() or n.exists() else root / n, a.lang) for n in a.notebooks]
     else:
         pos = editions(root)
+    if a.command == "messages":
+        if update_catalogue():
+            print(f"updated {_rel(CATALOGUE, root)}")
+        return 0
     if a.command == "update":
         for po in pos:
             english = english_for(po)
@@ -478,6 +562,9 @@ def main(argv=None) -> int:
     problems = check(root, pos)
     for p in problems:
         print(p)
+    if root == ROOT and not a.notebooks:
+        problems += check_catalogue()
+        print("\n".join(check_catalogue()) or f"{_rel(CATALOGUE, root)}: every message translated")
     for po in pos:
         entries = [e for e in read_po(po.read_text(encoding="utf-8")) if e.msgctxt and not e.obsolete]
         done = sum(e.translated for e in entries)

@@ -6,13 +6,14 @@ on the grader's side, ``observe`` calls the learner's function in the
 learner's kernel and returns plain data, and ``judge`` computes the expected
 answer on the grader's side. q3's expected answers for CPU devices are
 measured in fresh TensorFlow processes, never in the learner's kernel.
+Every message goes through ``tr`` (the zh_CN catalogue, ``grading/locale/zh_CN.po``).
 """
 
 from __future__ import annotations
 
 import functools
 
-from gpucourse.grading.items import Fail, expect_raised, item, outcome
+from gpucourse.grading.items import Fail, expect_raised, item, outcome, tr
 
 SETTINGS = ("logical_devices", "memory_growth", "memory_limit", "soft_placement",
             "intra_op_threads", "inter_op_threads")
@@ -88,16 +89,18 @@ class q1:
         for n in names:
             want[_kind(n)] = want.get(_kind(n), 0) + 1
         if seen["type"] != "dict":
-            raise Fail(f"summarise_devices should return a dict like {{'CPU': 1, 'GPU': 2}}, got a {seen['type']}")
-        where = "this machine's tf.config.list_physical_devices()" if case.get("real") else names
+            raise Fail(tr("summarise_devices should return a dict like {example}, got a {kind}",
+                          example="{'CPU': 1, 'GPU': 2}", kind=seen["type"]))
+        where = tr("this machine's tf.config.list_physical_devices()") if case.get("real") else names
         if seen["got"] != want:
             hint = ""
             if set(seen["got"]) - set(want):
-                hint = (" Count the devices in the list you were given (it may not be this machine's): "
-                        "look at each device's .device_type.")
-            raise Fail(f"for {where} expected {want}, got {seen['got']}.{hint}")
+                hint = tr(" Count the devices in the list you were given (it may not be this machine's): "
+                          "look at each device's .device_type.")
+            raise Fail(tr("for {where} expected {want}, got {got}.{hint}", where=where, want=want, got=seen["got"],
+                          hint=hint))
         if seen.get("mutated"):
-            raise Fail("summarise_devices changed the list it was given; it should only read it")
+            raise Fail(tr("summarise_devices changed the list it was given; it should only read it"))
 
 
 # --------------------------------------------------------------------------- q2
@@ -149,16 +152,18 @@ class q2:
         if got != want:
             hint = ""
             if isinstance(got, str) and _type_index(got) == _type_index(want):
-                hint = f" Return the device's own `.name` ({want!r}), not a name you build yourself."
+                hint = tr(" Return the device's own `.name` ({want}), not a name you build yourself.", want=repr(want))
             elif not isinstance(got, str):
-                hint = " Return the device's `.name` (a string), not the device object."
+                hint = tr(" Return the device's `.name` (a string), not the device object.")
             elif got in names and _kind(got) == _kind(want):
-                hint = " Compare the indices as numbers: GPU:2 comes before GPU:10."
+                hint = tr(" Compare the indices as numbers: GPU:2 comes before GPU:10.")
             elif got in names:
-                hint = f" Prefer a GPU, else a CPU; never a {_kind(got)}."
-            raise Fail(f"for {names} expected {want!r}, got {got!r}.{hint}")
+                hint = tr(" Prefer a GPU, else a CPU; never a {kind}.", kind=_kind(got))
+            raise Fail(tr("for {where} expected {want}, got {got}.{hint}", where=names, want=repr(want),
+                          got=repr(got), hint=hint))
         if case.get("real") and not str(seen["placed"]).endswith(want.split(":", 1)[1]):
-            raise Fail(f"a tensor created under tf.device({got!r}) landed on {seen['placed']}")
+            raise Fail(tr("a tensor created under tf.device({name}) landed on {placed}", name=repr(got),
+                          placed=seen["placed"]))
 
 
 # --------------------------------------------------------------------------- q3
@@ -222,12 +227,19 @@ class q3:
         if case.get("bad"):
             return expect_raised(seen, f"config_allowed({setting!r}, ...)", "that setting does not exist")
         if seen["type"] != "bool":
-            raise Fail(f"config_allowed should return True or False, got {seen['got']!r}")
+            raise Fail(tr("config_allowed should return True or False, got {got}", got=repr(seen["got"])))
         want = _cpu_truth(started)[setting] if dev == "CPU" else _GPU_RULES[setting][int(started)]
         if seen["got"] != want:
-            when = "after" if started else "before"
-            raise Fail(f"config_allowed({setting!r}, {dev!r}, runtime_started={started}) returned {seen['got']}, "
-                       f"but TensorFlow {'accepts' if want else 'rejects'} that {when} the runtime starts")
+            call, got = f"config_allowed({setting!r}, {dev!r}, runtime_started={started})", seen["got"]
+            if want:
+                raise Fail(tr("{call} returned {got}, but TensorFlow accepts that after the runtime starts", call=call,
+                              got=got) if started else
+                           tr("{call} returned {got}, but TensorFlow accepts that before the runtime starts", call=call,
+                              got=got))
+            raise Fail(tr("{call} returned {got}, but TensorFlow rejects that after the runtime starts", call=call,
+                          got=got) if started else
+                       tr("{call} returned {got}, but TensorFlow rejects that before the runtime starts", call=call,
+                          got=got))
 
 
 # --------------------------------------------------------------------------- q4
@@ -262,18 +274,19 @@ class q4:
     def judge(case, seen):
         value, physical = case["value"], case["physical"]
         if seen["type"] not in ("int", "int64", "int32"):
-            raise Fail(f"visible_gpu_count should return a whole number (int), got {seen['got']!r} "
-                       f"({seen['type']}) for ({value!r}, {physical})")
+            raise Fail(tr("visible_gpu_count should return a whole number (int), got {got} ({kind}) for ({value}, "
+                          "{physical})", got=repr(seen["got"]), kind=seen["type"], value=repr(value), physical=physical))
         want = _visible(value, physical)
         got = seen["got"]
         if got != want:
             hint = ""
             if value is not None and not value.strip() and got == physical:
-                hint = " An empty CUDA_VISIBLE_DEVICES hides every GPU; only an unset one (None) shows them all."
+                hint = tr(" An empty CUDA_VISIBLE_DEVICES hides every GPU; only an unset one (None) shows them all.")
             elif isinstance(got, int) and got > want:
-                hint = (" CUDA stops at the first invalid entry (not a number, or not an existing GPU): the "
-                        "entries after it are ignored.")
-            raise Fail(f"visible_gpu_count({value!r}, {physical}) should be {want}, got {got!r}.{hint}")
+                hint = tr(" CUDA stops at the first invalid entry (not a number, or not an existing GPU): the "
+                          "entries after it are ignored.")
+            raise Fail(tr("visible_gpu_count({value}, {physical}) should be {want}, got {got}.{hint}", value=repr(value),
+                          physical=physical, want=want, got=repr(got), hint=hint))
 
 
 # --------------------------------------------------------------------------- q5
@@ -307,25 +320,27 @@ class q5:
 
     def judge(case, seen):
         info = seen["info"]
-        kind = "a CUDA build" if info.get("is_cuda_build") else "a build without CUDA"
-        where = "this machine's tf.sysconfig.get_build_info()" if case.get("real") else f"{kind} ({info})"
+        kind = tr("a CUDA build") if info.get("is_cuda_build") else tr("a build without CUDA")
+        where = tr("this machine's tf.sysconfig.get_build_info()") if case.get("real") else f"{kind} ({info})"
         want = ({"cuda": info.get("cuda_version"), "cudnn": info.get("cudnn_version")}
                 if info.get("is_cuda_build") else None)
         if "raised" in seen:
             hint = ""
             if seen["raised"] == "KeyError":
-                hint = (" A CPU-only build's dict has only is_cuda_build, is_rocm_build and is_tensorrt_build: "
-                        "read the versions with info.get('cuda_version'), never info['cuda_version'].")
-            raise Fail(f"for {where} cuda_versions raised {seen['raised']}: {seen['message']}.{hint}")
+                hint = tr(" A CPU-only build's dict has only is_cuda_build, is_rocm_build and is_tensorrt_build: "
+                          "read the versions with info.get('cuda_version'), never info['cuda_version'].")
+            raise Fail(tr("for {where} cuda_versions raised {raised}: {message}.{hint}", where=where,
+                          raised=seen["raised"], message=seen["message"], hint=hint))
         got = seen["value"]
         if got == want:
             return
         hint = ""
         if want is None and isinstance(got, dict):
-            hint = " A build without CUDA has no versions to report: return None, not a dict."
+            hint = tr(" A build without CUDA has no versions to report: return None, not a dict.")
         elif want is not None and got is None:
-            hint = (" This is a CUDA build (is_cuda_build is True): read the dict you were given, not this "
-                    "machine's tf.sysconfig.get_build_info().")
+            hint = tr(" This is a CUDA build (is_cuda_build is True): read the dict you were given, not this "
+                      "machine's tf.sysconfig.get_build_info().")
         elif want is not None and not isinstance(got, dict):
-            hint = " Return a dict {'cuda': ..., 'cudnn': ...}."
-        raise Fail(f"for {where} expected {want!r}, got {got!r}.{hint}")
+            hint = tr(" Return a dict {example}.", example="{'cuda': ..., 'cudnn': ...}")
+        raise Fail(tr("for {where} expected {want}, got {got}.{hint}", where=where, want=repr(want), got=repr(got),
+                      hint=hint))
