@@ -187,3 +187,15 @@ def test_bad_input_is_refused_with_the_fix():
         i18n.main(["translate"])
     with pytest.raises(ValueError, match="notebook must be a notebook under notebooks or labs/"):
         i18n.main(["update", "solutions/01_device_detection.ipynb", "--root", str(ROOT)])
+
+
+def test_the_chinese_readme_links_every_zh_edition_with_badges_and_only_files_that_exist():
+    import re
+
+    text = (ROOT / "README.zh-CN.md").read_text(encoding="utf-8")
+    for po in i18n.editions(ROOT):
+        rel = i18n.zh_path_for(po).relative_to(ROOT).as_posix()
+        assert f"]({rel})" in text and colab_url(rel) in text and kaggle_url(rel) in text, rel
+    for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text):
+        if not re.match(r"[a-z]+:", target):
+            assert (ROOT / target).exists(), f"README.zh-CN.md links to {target}, which does not exist"
