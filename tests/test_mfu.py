@@ -85,6 +85,9 @@ ENTRY %main (a: f32[4], b: bf16[2,4]) -> (f32[4], bf16[2,4]) {
 }
 """
     assert mfu.hlo_bytes(text) == (2, (16 + 16) + (16 + 16))
+    # TF 2.19's XLA prints each operand with its shape: `fusion(f32[4]{0} %a)`.
+    older = text.replace("fusion(%a)", "fusion(f32[4]{0} %a)").replace("copy(%b)", "copy(bf16[2,4]{1,0} %b)")
+    assert mfu.hlo_bytes(older) == mfu.hlo_bytes(text)
     with pytest.raises(ValueError, match="no ENTRY computation"):
         mfu.hlo_bytes("HloModule m\n")
 

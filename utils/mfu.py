@@ -219,7 +219,8 @@ def hlo_bytes(hlo_text: str) -> tuple[int, int]:
         if opcode in _NOT_KERNELS:
             continue
         kernels += 1
-        total += shapes[name] + sum(shapes.get(o.strip().lstrip("%"), 0) for o in operands.split(",") if o.strip())
+        # Operands are `%name` (TF 2.21's XLA) or `f32[4]{0} %name` (TF 2.19's): read the names.
+        total += shapes[name] + sum(shapes.get(o, 0) for o in re.findall(r"%([\w.\-]+)", operands))
     return kernels, total
 
 
