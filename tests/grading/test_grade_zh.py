@@ -66,3 +66,78 @@ def test_the_zh_lab_gets_the_same_marks_as_the_english_one_and_chinese_feedback(
     assert fed_back["q5"]["message"].startswith("尚未作答"), zh.table()
     assert all(_cjk(r["title"]) for r in zh.items), zh.table()
     assert not any(_cjk(r["message"] + r["title"]) for r in en.items), en.table()
+
+
+# ----------------------------------------------------------------------------- fast: no kernel
+
+
+@pytest.fixture
+def lang(monkeypatch, tmp_path):
+    monkeypatch.delenv("GPUCOURSE_LANG", raising=False)
+    monkeypatch.delenv("JPY_SESSION_NAME", raising=False)
+    monkeypatch.chdir(tmp_path)
+    return monkeypatch
+
+
+def test_the_language_follows_the_variable_else_the_notebooks_folder(lang, tmp_path):
+    from gpucourse.grading.items import language
+
+    assert language() == "en"
+    (tmp_path / "labs" / "zh-CN").mkdir(parents=True)
+    lang.chdir(tmp_path / "labs" / "zh-CN")  # where Jupyter starts a zh notebook's kernel
+    assert language() == "zh_CN"
+    lang.setenv("GPUCOURSE_LANG", "en")  # the variable wins
+    assert language() == "en"
+    lang.chdir(tmp_path)
+    for value in ("zh_CN", "zh-CN", "zh"):
+        lang.setenv("GPUCOURSE_LANG", value)
+        assert language() == "zh_CN"
+    lang.delenv("GPUCOURSE_LANG")
+    lang.setenv("JPY_SESSION_NAME", "/home/me/course/labs/zh-CN/01_device_detection.ipynb")
+    assert language() == "zh_CN"
+
+
+def test_check_prints_chinese_in_a_zh_folder_with_the_same_points(lang, tmp_path, capsys):
+    from gpucourse.grading import Checker
+
+    ns = {"summarise_devices": lambda devices: {}}  # wrong on purpose: fails, 0 points
+    results = {}
+    for folder in ("en", "zh-CN"):
+        (tmp_path / folder).mkdir()
+        lang.chdir(tmp_path / folder)
+        check = Checker("01")
+        check("q1", ns)
+        check("q2", {})
+        check.summary()
+        results[folder] = ([(r.key, r.status, r.points) for r in check.rows()], capsys.readouterr().out)
+    (en_rows, en_out), (zh_rows, zh_out) = results["en"], results["zh-CN"]
+    assert en_rows == zh_rows and en_rows[0][1] == "fail" and en_rows[1][1] == "todo"
+    assert "Score: 0/12" in en_out and "Lab 01" in en_out and "expected" in en_out
+    assert "得分：0/12" in zh_out and "实验 01" in zh_out and "期望" in zh_out and "尚未作答" in zh_out
+    assert "summarise_devices 按类型统计设备数量" in zh_out and "❌ q1 (0/2)" in zh_out
+
+
+def test_a_translation_with_wrong_fields_falls_back_to_english(lang, monkeypatch):
+    from gpucourse.grading import items
+
+    lang.setenv("GPUCOURSE_LANG", "zh_CN")
+    monkeypatch.setitem(items._CATALOGUES, "zh_CN", {"Score: {got}/{total}": "得分：{points}/{total}"})
+    assert items.tr("Score: {got}/{total}", got=1, total=2) == "Score: 1/2"
+    assert items.tr("no such message") == "no such message"
+
+
+def test_the_catalogue_is_complete_and_read_alike_by_the_grader_and_by_gettext_tools(tmp_path):
+    import shutil
+    import subprocess
+
+    from gpucourse import i18n
+    from gpucourse.grading import items
+
+    assert i18n.check_catalogue() == [], "run `python -m gpucourse.i18n messages` and translate what it added"
+    text = i18n.CATALOGUE.read_text(encoding="utf-8")
+    by_tools = {e.msgid: e.msgstr for e in i18n.read_po(text) if e.translated and e.msgid}
+    assert items._read_catalogue(text) == by_tools and len(by_tools) >= 50
+    if shutil.which("msgfmt"):  # --check verifies that every translation keeps the English {fields}
+        res = subprocess.run(["msgfmt", "--check", "-o", str(tmp_path / "m.mo"), str(i18n.CATALOGUE)],
+                             capture_output=True, text=True)
+        assert res.returncode == 0, res.stderr
