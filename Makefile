@@ -122,13 +122,10 @@ test-colab: colab-env
 
 # Checked outputs (# NBVAL_CHECK_OUTPUT) must be the same on every CPU: CPUs differ in their kernels (oneDNN,
 # OpenBLAS and Eigen pick code by instruction set), so the tutorials run again under nbval with other code paths:
-# oneDNN limited to AVX2 with OpenBLAS on its Haswell kernels, then oneDNN off. Any difference fails.
-CPU_PATHS ?= ONEDNN_MAX_CPU_ISA=AVX2+OPENBLAS_CORETYPE=Haswell TF_ENABLE_ONEDNN_OPTS=0
+# oneDNN capped at AVX2 with OpenBLAS on its Haswell kernels, then oneDNN off (.ci/cpu_paths.py says which
+# notebook is left out of which path, and why). Any difference fails.
 test-cpu-paths: env
-	@set -e; for path in $(CPU_PATHS); do \
-	  echo "== the tutorials' checked outputs with $$path"; \
-	  env $$(echo $$path | tr '+' ' ') $(PY) -m pytest -n $(JOBS) --dist loadfile -p no:cacheprovider -q notebooks; \
-	done
+	$(PY) .ci/cpu_paths.py --jobs $(JOBS)
 
 # The GPU check (README, "Checking a GPU"): without an NVIDIA GPU it stops at once, before installing anything;
 # otherwise .venv-gpu with tensorflow[and-cuda], every tutorial, lab and solution with the GPU required (a

@@ -131,3 +131,20 @@ def test_a_notebook_falls_back_to_the_cpu_only_when_no_gpu_is_required(monkeypat
     monkeypatch.setenv("GPUCOURSE_REQUIRE_GPU", "1")
     with pytest.raises(RuntimeError, match="TensorFlow sees no GPU, so this notebook would silently run on the CPU"):
         colab.require_gpu_if_asked()
+
+
+def test_the_claimed_ceilings_are_notebook_05s_data_sheet_ratios():
+    t4 = {"device_type": "GPU", "device_name": "Tesla T4", "compute_capability": (7, 5)}
+    a100 = {"device_type": "GPU", "device_name": "NVIDIA A100-SXM4-80GB", "compute_capability": (8, 0)}
+    assert gpureport._ceiling(t4, "float16", tf32=True) == pytest.approx(65 / 8.1)
+    assert gpureport._ceiling(a100, "bfloat16", tf32=True) == pytest.approx(2.0)
+    assert gpureport._ceiling(a100, "bfloat16", tf32=False) == pytest.approx(312 / 19.5)
+    assert gpureport._ceiling(t4, "bfloat16", tf32=True) is None  # no bfloat16 Tensor Cores: no claim
+
+
+def test_measuring_refuses_a_machine_whose_tensorflow_sees_no_gpu(monkeypatch):
+    import tensorflow as tf
+
+    monkeypatch.setattr(tf.config, "list_physical_devices", lambda kind=None: [])
+    with pytest.raises(gpureport.NoGpuError):
+        gpureport.measure(echo=lambda *a: None)

@@ -230,7 +230,14 @@ def _build_mlp(in_dim: int, width: int, classes: int = 10):
     return keras.Model(inputs, keras.layers.Activation("softmax", dtype="float32")(x))
 
 
-def _training_step_ratios(peaks, cc, name: str) -> list[dict]:
+def _ceiling(device: dict, dtype: str, tf32: bool) -> float | None:
+    """The data-sheet ceiling of ``dtype`` against float32 (TF32 on or off), as notebook 05 states it."""
+    from . import precision
+
+    return precision.pick_speedup_bound(device, f"mixed_{dtype}", tf32=tf32).matmul
+
+
+def _training_step_ratios(device: dict) -> list[dict]:
     """Notebook 05's GPU-path training step: mixed precision against float32 with TF32 on and off."""
     import numpy as np
     import tensorflow as tf
@@ -240,7 +247,7 @@ def _training_step_ratios(peaks, cc, name: str) -> list[dict]:
     in_dim, width, batch = 1024, 4096, 1024
     x = np.random.default_rng(2).random((batch, in_dim), dtype=np.float32)
     y = np.random.default_rng(3).integers(0, 10, batch)
-    bf16 = precision_hardware.tensor_core_support(cc, name)["bfloat16"]  # by name too: GTX 16xx
+    bf16 = precision_hardware.tensor_core_support(device["compute_capability"], device["device_name"])["bfloat16"]
     policies = ["float32", "mixed_float16"] + (["mixed_bfloat16"] if bf16 else [])
     rows = []
     for tf32 in (True, False):
@@ -248,8 +255,7 @@ def _training_step_ratios(peaks, cc, name: str) -> list[dict]:
         cmp = precision.compare_policies(lambda: _build_mlp(in_dim, width), x, y, policies=policies, repeats=10)
         base = cmp["float32"].median_s
         for p in policies[1:]:
-            dtype = p.removeprefix("mixed_")
-            ceiling = _ceiling(peaks, dtype, tf32)
+            ceiling = _ceiling(device, p.removeprefix("mixed_"), tf32)
             rows.append({"what": f"training step, {p} vs float32 (TF32 {'on' if tf32 else 'off'})",
                          "claim": f"below the matmul ceiling {ceiling:.1f}x" if ceiling else "above 1x",
                          "measured": base / cmp[p].median_s, "ceiling": ceiling})
@@ -257,24 +263,18 @@ def _training_step_ratios(peaks, cc, name: str) -> list[dict]:
     return rows
 
 
-def _ceiling(peaks, dtype: str, tf32: bool) -> float | None:
-    if peaks is None or peaks.peak(dtype) is None:
-        return None
-    base = peaks.tfloat32 if (tf32 and peaks.tfloat32) else peaks.float32
-    return peaks.peak(dtype) / base
-
-
 def measure(quick: bool = False, echo=print) -> dict:
     """Everything the report states about this GPU, measured in this process (a fresh one)."""
     import tensorflow as tf
 
-    from . import benchmark, devices, precision_hardware, roofline
+    from . import benchmark, devices, precision, roofline
 
     require_tensorflow_gpu(tf)
     gpu = devices.nvml_gpus()[0] if devices.nvml_gpus() else None
     name = gpu.name if gpu else tf.config.experimental.get_device_details(
         tf.config.list_physical_devices("GPU")[0]).get("device_name", "unknown GPU")
-    cc = precision_hardware.gpu_compute_capability()
+    device = {**precision.describe_device(), "device_name": name}
+    cc = device["compute_capability"]
     info = tf.sysconfig.get_build_info()
     peaks = roofline.datasheet_gpu(name)
     echo("measuring matmul TFLOP/s per dtype ...")
@@ -284,12 +284,12 @@ def measure(quick: bool = False, echo=print) -> dict:
     for dtype in ("float16", "bfloat16"):
         for base in ("tfloat32", "float32"):
             if dtype in rate and base in rate:
-                ceiling = _ceiling(peaks, dtype, base == "tfloat32")
+                ceiling = _ceiling(device, dtype, base == "tfloat32")
                 ratios.append({"what": f"matmul, {dtype} vs {'TF32' if base == 'tfloat32' else 'float32 (TF32 off)'}",
                                "claim": f"at most the data-sheet ratio {ceiling:.1f}x" if ceiling else "above 1x",
                                "measured": rate[dtype] / rate[base], "ceiling": ceiling})
     echo("measuring notebook 05's training step per policy ...")
-    ratios += _training_step_ratios(peaks, cc, name)
+    ratios += _training_step_ratios(device)
     echo("running gpucourse.benchmark (XLA, tf.data, capstone) ...")
     sources = [s for s in benchmark.SOURCES if s[0] != "gpucourse.startup"]
     bench = benchmark.collect(quick=quick, sources=sources, echo=echo)
