@@ -58,10 +58,18 @@ class Sandbox:
     token: str = field(default_factory=lambda: secrets.token_hex(16))
     uid: int | None = None
     prefix: list = field(default_factory=list)
-    started: float = field(default_factory=time.time)
+    started: float = field(default_factory=lambda: _now())  # on psutil's clock of process start times
 
     def describe(self) -> str:
         return f"{self.level}: {self.note}"
+
+
+def _now() -> float:
+    """Now, as psutil dates a process's start (boot time, whole seconds, + time since boot): comparable
+    with ``create_time()`` to the clock tick, where ``time.time()`` may be up to a second off."""
+    import psutil
+
+    return psutil.boot_time() + time.clock_gettime(time.CLOCK_BOOTTIME) - 0.05
 
 
 def _bwrap_args(workdir: Path, reach=(), hide=(), uid: int | None = None) -> list[str]:
@@ -147,9 +155,11 @@ def _stub_dir() -> Path:
     """Stand-ins mounted over what the kernel must not read (made once per process, readable by all)."""
     global _STUBS
     if _STUBS is None or not _STUBS.is_dir():
+        import atexit
         import tempfile
 
         _STUBS = Path(tempfile.mkdtemp(prefix="gpucourse-stubs-"))
+        atexit.register(shutil.rmtree, _STUBS, True)
         (_STUBS / "empty").mkdir()
         (_STUBS / "test.py").write_text('raise ImportError("the grader\'s test files cannot be read while '
                                         'grading")\n')
