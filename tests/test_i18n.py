@@ -112,7 +112,8 @@ def test_update_marks_the_changed_cell_fuzzy_with_the_old_english_and_keeps_the_
     i18n.main(["build", "--root", str(tiny)])
     assert "and the FAQ" in nbformat.read(tiny / TINY_ZH, as_version=4).cells[2].source
     # the translator revises it and clears the flag: in step again
-    changed.msgstr, changed.flags, changed.previous = "参见[主题 02](02_other.ipynb)、[指南](https://example.org/guide)和常见问题。", [], None
+    changed.msgstr = "参见[主题 02](02_other.ipynb)、[指南](https://example.org/guide)和常见问题。"
+    changed.flags, changed.previous = [], None
     i18n.write_po(tiny / TINY_PO, entries)
     i18n.main(["build", "--root", str(tiny)])
     assert i18n.check(tiny) == []

@@ -314,8 +314,8 @@ def extract_messages(paths) -> list[tuple[str, str]]:
                 continue
             name = getattr(node.func, "id", getattr(node.func, "attr", ""))
             args = {"tr": node.args[:1], "expect_raised": node.args[2:3], "expect_raises": node.args[2:3]}.get(name, [])
-            args = list(args) + [k.value for k in node.keywords
-                                 if (name == "item" and k.arg == "title") or (name.startswith("expect_") and k.arg == "why")]
+            wanted = {"item": "title", "expect_raised": "why", "expect_raises": "why"}.get(name)
+            args = list(args) + [k.value for k in node.keywords if wanted and k.arg == wanted]
             for arg in args:
                 if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and arg.value:
                     where = (number, node.lineno, f"{path.parent.name}/{path.name}")  # no line: no churn

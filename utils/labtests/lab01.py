@@ -275,7 +275,8 @@ class q4:
         value, physical = case["value"], case["physical"]
         if seen["type"] not in ("int", "int64", "int32"):
             raise Fail(tr("visible_gpu_count should return a whole number (int), got {got} ({kind}) for ({value}, "
-                          "{physical})", got=repr(seen["got"]), kind=seen["type"], value=repr(value), physical=physical))
+                          "{physical})", got=repr(seen["got"]), kind=seen["type"], value=repr(value),
+                          physical=physical))
         want = _visible(value, physical)
         got = seen["got"]
         if got != want:
@@ -285,8 +286,8 @@ class q4:
             elif isinstance(got, int) and got > want:
                 hint = tr(" CUDA stops at the first invalid entry (not a number, or not an existing GPU): the "
                           "entries after it are ignored.")
-            raise Fail(tr("visible_gpu_count({value}, {physical}) should be {want}, got {got}.{hint}", value=repr(value),
-                          physical=physical, want=want, got=repr(got), hint=hint))
+            raise Fail(tr("visible_gpu_count({value}, {physical}) should be {want}, got {got}.{hint}",
+                          value=repr(value), physical=physical, want=want, got=repr(got), hint=hint))
 
 
 # --------------------------------------------------------------------------- q5
