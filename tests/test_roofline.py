@@ -105,6 +105,12 @@ def test_every_datasheet_roof_has_both_roofs_and_cites_its_source(name, key, gbs
     assert roof.peaks["float32"] > 0
 
 
+def test_an_h100_pcie_card_gets_its_own_slower_data_sheet():
+    pcie = roofline.datasheet_roof("NVIDIA H100 PCIe")
+    assert pcie.name == "H100 PCIe" and pcie.bandwidth_gbs == 2000.0 and pcie.peak("bfloat16") == 756.5
+    assert roofline.datasheet_roof("NVIDIA H100 80GB HBM3").peak("bfloat16") == 989.5
+
+
 def test_h200_is_found_by_its_driver_name_without_changing_notebook_05s_table():
     assert roofline.datasheet_gpu("NVIDIA H200").name == "H200"
     assert "H200" not in precision_hardware.GPU_PEAKS  # notebook 05 prints GPU_PEAKS; its table stays as it is

@@ -164,13 +164,16 @@ def measure_matmul_peaks(dtypes: Sequence[str] | None = None, device: str | None
 def datasheet_gpu(name: str):
     """The data-sheet entry (:class:`gpucourse.precision_hardware.GpuPeaks`) for a GPU as the driver names it.
 
-    ``"Tesla T4"`` -> T4, ``"NVIDIA A100-SXM4-80GB"`` -> A100, ``"NVIDIA H100 80GB HBM3"`` -> H100;
+    ``"Tesla T4"`` -> T4, ``"NVIDIA A100-SXM4-80GB"`` -> A100, ``"NVIDIA H100 80GB HBM3"`` -> H100
+    (the SXM module), ``"NVIDIA H100 PCIe"`` -> its PCIe card, ``"NVIDIA H200"`` -> H200;
     None when the course has no data sheet for it (the report then shows the measured rates only).
     """
     from .precision_hardware import GPU_PEAKS
 
     _validate.text("name", name, "the GPU's name as nvidia-smi prints it, e.g. 'Tesla T4'")
     words = re.split(r"[\s\-_/]+", name.upper())
+    if "H100" in words and "PCIE" in words:  # "NVIDIA H100 PCIe": slower than the SXM module
+        return EXTRA_PEAKS["H100 PCIe"]
     for key, peaks in {**GPU_PEAKS, **EXTRA_PEAKS}.items():
         if key.upper() in words:
             return peaks
@@ -202,7 +205,10 @@ def _extra_peaks() -> dict:
 
     return {"H200": GpuPeaks("H200", (9, 0), 67.0, 494.5, 989.5, 989.5, 1979.0,
                              "NVIDIA H200 data sheet (SXM): 67 FP32; 989 TF32, 1979 FP16/BF16, 3958 FP8 "
-                             "with sparsity, halved")}
+                             "with sparsity, halved"),
+            "H100 PCIe": GpuPeaks("H100 PCIe", (9, 0), 51.0, 378.0, 756.5, 756.5, 1513.0,
+                                  "NVIDIA H100 data sheet (PCIe): 51 FP32; 756 TF32, 1513 FP16/BF16, 3026 FP8 "
+                                  "with sparsity, halved")}
 
 
 #: Data-sheet peaks of GPUs that notebook 05's table does not list (same fields as ``GPU_PEAKS``).
@@ -215,6 +221,7 @@ GPU_BANDWIDTH = {
     "A100": (2039.0, "NVIDIA A100 data sheet: 2,039 GB/s (80GB SXM; the 40GB PCIe has 1,555 GB/s)"),
     "L4": (300.0, "NVIDIA L4 data sheet: 24 GB GDDR6, 300 GB/s"),
     "H100": (3350.0, "NVIDIA H100 data sheet: 3.35 TB/s (SXM; the PCIe card has 2 TB/s)"),
+    "H100 PCIe": (2000.0, "NVIDIA H100 data sheet: 2 TB/s (PCIe)"),
     "H200": (4800.0, "NVIDIA H200 data sheet: 141 GB HBM3e, 4.8 TB/s (SXM)"),
 }
 
