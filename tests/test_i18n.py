@@ -158,6 +158,13 @@ def test_changed_code_or_outputs_in_the_edition_fail_naming_the_cell(tiny):
     assert "print(len([1, 2]))" in str(problems[0])
 
 
+def test_a_zh_notebook_without_its_po_file_fails(tiny):
+    shutil.copy(tiny / TINY_ZH, tiny / "notebooks" / "zh-CN" / "05_gone.ipynb")
+    problems = i18n.check(tiny)
+    assert [(p.notebook, p.kind) for p in problems] == [("notebooks/zh-CN/05_gone.ipynb", "orphan")]
+    assert "without its PO file" in str(problems[0])
+
+
 def test_an_edited_english_code_cell_makes_the_edition_stale(tiny):
     _edit_english(tiny, 2, "print(len([1, 2, 3]))")
     assert {p.kind for p in i18n.check(tiny)} == {"code"}

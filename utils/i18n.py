@@ -456,6 +456,7 @@ _KINDS = {
     "outputs": "the edition's stored outputs differ from the English ones (run `python -m gpucourse.i18n build`)",
     "cells": "the edition's cells do not match the English notebook's (run `python -m gpucourse.i18n build`)",
     "stale": "the edition is not what English + PO build (run `python -m gpucourse.i18n build`)",
+    "orphan": "an edition without its PO file (nothing keeps it in step): restore the PO file, or delete the notebook",
 }
 
 
@@ -481,6 +482,9 @@ def check(root: Path = ROOT, pos: list[Path] | None = None) -> list[Problem]:
 
     root = Path(root)
     problems: list[Problem] = []
+    if pos is None:
+        problems += [Problem(_rel(nb, root), None, "orphan") for folder in FOLDERS for lang in LANGS
+                     for nb in sorted((root / folder / lang).glob("*.ipynb")) if not nb.with_suffix(".po").is_file()]
     for po in (editions(root) if pos is None else pos):
         english_nb, entries = _load(po, root)
         name = _rel(english_for(po), root)
