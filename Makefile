@@ -42,7 +42,7 @@ help:
 	@echo "make test-gpu   on a machine with an NVIDIA GPU: every notebook with the GPU required, then gpu-report.md"
 	@echo "make site       build the course website into $(SITE_OUT)/ from the stored outputs"
 	@echo "make labs       regenerate labs/ from solutions/"
-	@echo "make benchmark  print the tf.data / XLA / capstone ratio table"
+	@echo "make benchmark  print the tf.data / XLA / capstone ratio table and this machine's roofline"
 	@echo "make grade SUBMISSION=path.ipynb   grade one submission (or a folder of them)"
 
 env: $(STAMP)

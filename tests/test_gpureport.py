@@ -101,6 +101,8 @@ def _measured():
             "datasheet": "NVIDIA T4 data sheet",
             "matmul": [{"dtype": "float32", "device": "GPU:0", "best_tflops": 4.1, "best_shape": [4096, 4096, 4096]},
                        {"dtype": "float16", "device": "GPU:0", "best_tflops": 26.0, "best_shape": [8192, 8192, 8192]}],
+            "roof": {"name": "this machine (GPU:0)", "peaks": {"float32": 4.1, "float16": 26.0}, "bandwidth_gbs": 250.0,
+                     "source": "measured"},
             "ratios": [{"what": "matmul, float16 vs float32 (TF32 off)", "claim": "at most 8.0x", "measured": 6.3,
                         "ceiling": 8.0},
                        {"what": "training step", "claim": "at most 8.0x", "measured": 9.9, "ceiling": 8.0}],
@@ -118,6 +120,8 @@ def test_the_report_lists_machine_notebooks_peaks_and_ratios():
     assert "| matmul, float16 vs float32 (TF32 off) | at most 8.0x | 6.30x | yes |" in report
     assert "| training step | at most 8.0x | 9.90x | NO: above the ceiling |" in report
     assert "| 06 XLA | gelu_chain jit_compile | 1.00 ms | 0.50 ms | 2.00x | 3.00x | n |" in report
+    assert "## The roofline: measured beside the data sheet" in report
+    assert "| memory GB/s | 250 | 320 | 78% |" in report  # T4: 320 GB/s on its data sheet
 
 
 def test_a_notebook_falls_back_to_the_cpu_only_when_no_gpu_is_required(monkeypatch):

@@ -13,10 +13,10 @@ from gpucourse import colab
 ROOT = Path(__file__).resolve().parent.parent
 TOPICS = {
     "01": "device_detection", "02": "placement_logging", "03": "memory", "04": "distribution",
-    "05": "mixed_precision", "06": "xla", "07": "tf_data", "08": "profiling_capstone",
+    "05": "mixed_precision", "06": "xla", "07": "tf_data", "08": "profiling_capstone", "09": "roofline_mfu",
 }
 MODULES = {"01": "devices", "02": "placement", "03": "memory", "04": "distribute", "05": "precision",
-           "06": "xla", "07": "pipeline", "08": "profiling"}
+           "06": "xla", "07": "pipeline", "08": "profiling", "09": "roofline"}
 NOTEBOOKS = sorted(p for d in ("notebooks", "labs", "solutions") for p in (ROOT / d).glob("*.ipynb"))
 
 

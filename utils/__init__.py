@@ -44,7 +44,7 @@ helpers; each is ``gpucourse.<name>``, imported on first use:
 Command-line tools, run as ``python -m gpucourse.<name>`` (not attributes of
 the package): ``labgen`` generates ``labs/`` from ``solutions/``,
 ``authoring`` builds and executes notebooks from percent-format source,
-``benchmark`` prints the tf.data / XLA / capstone ratio table, ``gpureport``
+``benchmark`` prints the tf.data / XLA / capstone ratio table and this machine's roofline, ``gpureport``
 runs the whole course on an NVIDIA GPU and writes ``gpu-report.md`` (``make test-gpu``),
 ``train_multiworker`` trains notebook 04's multi-worker job on a cluster started by SLURM,
 Kubernetes or Vertex AI (templates in ``docs/clusters/``). Private

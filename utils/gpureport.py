@@ -277,8 +277,8 @@ def measure(quick: bool = False, echo=print) -> dict:
     cc = device["compute_capability"]
     info = tf.sysconfig.get_build_info()
     peaks = roofline.datasheet_gpu(name)
-    echo("measuring matmul TFLOP/s per dtype ...")
-    matmuls = roofline.measure_matmul_peaks(repeats=3 if quick else 5)
+    echo("measuring the roofline: matmul TFLOP/s per dtype, memory bandwidth ...")
+    roof, matmuls, _ = roofline.measure_roof(quick=quick)
     rate = {r.dtype: r.best_tflops for r in matmuls}
     ratios = []
     for dtype in ("float16", "bfloat16"):
@@ -291,7 +291,8 @@ def measure(quick: bool = False, echo=print) -> dict:
     echo("measuring notebook 05's training step per policy ...")
     ratios += _training_step_ratios(device)
     echo("running gpucourse.benchmark (XLA, tf.data, capstone) ...")
-    sources = [s for s in benchmark.SOURCES if s[0] != "gpucourse.startup"]
+    # the thread pools are a CPU matter; the roofline was measured above
+    sources = [s for s in benchmark.SOURCES if s[0] not in ("gpucourse.startup", "gpucourse.roofline")]
     bench = benchmark.collect(quick=quick, sources=sources, echo=echo)
     return {
         "date": datetime.date.today().isoformat(),
@@ -303,12 +304,23 @@ def measure(quick: bool = False, echo=print) -> dict:
         "matmul": [dataclasses.asdict(r) | {"tflops_by_shape": {"x".join(map(str, k)): v
                                                                 for k, v in r.tflops_by_shape.items()}}
                    for r in matmuls],
+        "roof": dataclasses.asdict(roof),
         "ratios": ratios,
         "benchmark": bench,
     }
 
 
 # --------------------------------------------------------------------------- 5. the report
+
+
+def _has_roof(name: str) -> bool:
+    from . import roofline
+
+    try:
+        roofline.datasheet_roof(name)
+    except ValueError:
+        return False
+    return True
 
 
 def format_report(measured: dict, results: dict[str, dict], codes: dict[str, int] | None = None) -> str:
@@ -336,7 +348,12 @@ def format_report(measured: dict, results: dict[str, dict], codes: dict[str, int
             for m in measured["matmul"]]
     lines += ["", "## Achieved matmul TFLOP/s per dtype (best over a sweep of shapes)", "",
               roofline.format_matmul_table(rows, peaks), "",
-              f"Data sheet: {measured['datasheet'] or 'none in the course for this GPU'} (dense, no sparsity).", "",
+              f"Data sheet: {measured['datasheet'] or 'none in the course for this GPU'} (dense, no sparsity).", ""]
+    if measured.get("roof"):
+        reference = roofline.datasheet_roof(g["name"]) if _has_roof(g["name"]) else None
+        lines += ["## The roofline: measured beside the data sheet", "",
+                  roofline.format_roof(roofline.Roof(**measured["roof"]), reference), ""]
+    lines += [
               "## Ratios the notebooks state, measured here", "",
               "| what | the notebooks' claim | measured | within the claim |", "|---|---|---|---|"]
     for r in measured["ratios"]:
