@@ -121,15 +121,61 @@ def test_default_gpu_limit_bad_input():
 
 
 def test_allocator_messages_are_in_the_installed_tensorflow():
-    """The GPU allocator's own messages back the tutorial's GPU statements, even in the CPU-only wheel."""
+    """The GPU allocator's own messages back the tutorial's GPU statements, even in the CPU-only wheel: whole."""
     found = memory.allocator_messages()
     if not found and not memory._tf_library_paths():
         pytest.skip("this TensorFlow packaging has no libtensorflow_framework to read")
     assert set(found) == set(memory._MESSAGES), f"missing: {set(memory._MESSAGES) - set(found)}"
-    assert 'Valid values are "true" or "false"' in found["valid growth values"]
-    assert "cuda_malloc_async" in found["async allocator hint"]
+    assert found["growth overridden"] == ("Overriding allow_growth setting because the TF_FORCE_GPU_ALLOW_GROWTH "
+                                          "environment variable is set. Original config value was <0 or 1>.")
+    assert found["growth value not parsed"].endswith(
+        'could not be parsed: "<value>". Valid values are "true" or "false". Using original config value of <0 or 1>.')
+    assert "cuda_malloc_async' will improve the situation." in found["out of memory"]
+    assert found["garbage collection"].endswith("if you'd like to disable this feature.")
+    for message in found.values():  # whole sentences: no piece ends in the middle of one
+        assert message.rstrip().endswith("."), message
     with pytest.raises(ValueError, match="existing file"):
         memory.allocator_messages("/no/such/libtensorflow_framework.so")
+
+
+def test_allocator_messages_leave_out_a_message_whose_piece_is_missing(tmp_path):
+    lib = tmp_path / "libtensorflow_framework.so.2"
+    pieces = [p for p in memory._MESSAGES["growth overridden"] if not p.startswith("<")]
+    lib.write_bytes(b"\0".join(p.encode() for p in pieces) + b"\0Garbage collection: deallocate\0")
+    assert memory.allocator_messages(str(lib)) == {"growth overridden": "".join(memory._MESSAGES["growth overridden"])}
+
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
+
+
+def test_split_log_records_joins_continuation_lines():
+    """A recorded stderr of TensorFlow 2.21 running out of memory on a CPU (RLIMIT_DATA, oneDNN's BFC allocator)."""
+    with open(os.path.join(FIXTURES, "tf_log_oom_cpu.txt")) as fh:
+        records = memory.split_log_records(fh.read())
+    assert [r.severity for r in records[:3]] == ["WARNING", "I", "I"]
+    assert records[0].message == "All log messages before absl::InitializeLog() is called are written to STDERR"
+    assert records[2].source == "cpu_feature_guard.cc:227" and records[2].message.endswith("compiler flags.")
+    assert "\nTo enable the following instructions" in records[2].message  # its second line, joined
+    oom = [r for r in records if "ran out of memory" in r.message]
+    assert len(oom) == 1 and oom[0].severity == "W" and oom[0].source == "bfc_allocator.cc:502"
+    assert oom[0].message.splitlines() == [
+        "Allocator (mklcpu) ran out of memory trying to allocate 1.00GiB (rounded to 1073741824)requested by op Fill",
+        "If the cause is memory fragmentation maybe the environment variable 'TF_GPU_ALLOCATOR=cuda_malloc_async' "
+        "will improve the situation. ", "Current allocation summary follows.", "Current allocation summary follows."]
+    stats = [r for r in records if r.message.startswith("Stats:")][0]
+    assert "LargestFreeBlock:" in stats.message and stats.severity == "I"
+    assert records[-1].source == "local_rendezvous.cc:412" and "RESOURCE_EXHAUSTED" in records[-1].message
+    # The message TensorFlow wrote is the one allocator_messages assembles from the library's pieces.
+    template = "".join(p for p in memory._MESSAGES["out of memory"])
+    assert oom[0].message.startswith(template.replace("<allocator>", "mklcpu").replace("<size>", "1.00GiB")
+                                     .replace("<bytes>", "1073741824").replace("<op>", "Fill"))
+
+
+def test_split_log_records_bad_input_and_plain_text():
+    assert memory.split_log_records("") == []
+    assert memory.split_log_records("hello\nworld") == [memory.LogRecord("", "", "hello\nworld")]
+    with pytest.raises(TypeError, match="text"):
+        memory.split_log_records(b"W0000 ...")
 
 
 def test_estimate_state():
@@ -169,6 +215,28 @@ def test_fresh_probe_runs_without_the_course_variables(monkeypatch):
     assert "setup error" in str(r)
     if not r.memory_growth:  # no GPU: nothing about GPUs to report
         assert r.growth is None and r.gpu_limit_bytes == [] and "none visible" in str(r)
+
+
+def test_provoke_oom_fails_for_real_and_recovers():
+    """The notebook's out-of-memory demonstration: a capped fresh process, a real ResourceExhaustedError."""
+    r = memory.provoke_oom(cap_mib=256, sizes_mib=[128, 1024, 128])
+    assert [err for _, err, _ in r.attempts] == [None, "ResourceExhaustedError", None]
+    assert "OOM when allocating tensor" in r.attempts[1][2]
+    assert r.allocator_warning.startswith("Allocator (") and "ran out of memory trying to allocate 1.00GiB" in (
+        r.allocator_warning)
+    assert ("memory_limit=256" if r.device == "GPU:0" else "RLIMIT_DATA") in r.mechanism
+    assert "a 1024 MiB tensor" in str(r) and "ResourceExhaustedError: " in str(r)
+
+
+def test_provoke_oom_bad_input():
+    with pytest.raises(ValueError, match="cap_mib must be >= 64"):
+        memory.provoke_oom(cap_mib=1)
+    with pytest.raises(TypeError, match="sizes_mib must be a list"):
+        memory.provoke_oom(sizes_mib=512)
+    with pytest.raises(ValueError, match="at least one"):
+        memory.provoke_oom(sizes_mib=[])
+    with pytest.raises(TypeError, match="sizes_mib"):
+        memory.provoke_oom(sizes_mib=[1.5])
 
 
 def test_fresh_probe_bad_input():
@@ -256,6 +324,28 @@ def test_measurement_and_explorer_on_this_machine(fresh_python):
     assert m["step_bytes"] >= 256 * 512 * 4  # at least one hidden layer's output of one micro-batch
     assert r["remembered"] == 256, "the explorer keeps its values when the cell is re-run"
     assert r["static"] and "Memory explorer [batch=2048, policy=mixed_float16" in out
+
+
+def test_explorer_legend_clears_the_axis_label():
+    """The legend sits beside the bars: it overlaps neither the "MiB" label nor the bars, and stays in the figure."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    est = memory_explorer.estimate_update(2048, "mixed_float16", 4)  # every part of the estimate is drawn
+    fig = memory_explorer._figure(est, {"state_bytes": 5 * MiB, "step_bytes": 9 * MiB, "total_bytes": 14 * MiB},
+                                  16 * MiB)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    (ax,), (legend,) = fig.axes, fig.legends
+    box, label, axes = (legend.get_window_extent(renderer), ax.xaxis.label.get_window_extent(renderer),
+                        ax.get_window_extent(renderer))
+    assert ax.get_xlabel() == "MiB" and len(legend.get_texts()) == 9
+    assert not box.overlaps(label) and not box.overlaps(axes)
+    for b in (box, label):
+        assert fig.bbox.x0 <= b.x0 and b.x1 <= fig.bbox.x1 and fig.bbox.y0 <= b.y0 and b.y1 <= fig.bbox.y1
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
 
 
 @pytest.mark.gpu

@@ -19,7 +19,8 @@ Four jobs:
   fresh Python (through :mod:`gpucourse._probe`, without the variables the
   setup cell set on your behalf), applies settings that only work before the
   runtime starts, and reports what happened and, on a GPU, how much memory
-  the process took.
+  the process took. :func:`provoke_oom` runs out of memory for real in a
+  capped fresh process; :func:`split_log_records` reads its log as whole messages.
 * **Estimate.** :func:`estimate_state` does the arithmetic of the training
   state (weights, gradients, optimizer slots, gradient accumulators) from
   counts, and :func:`linear_fit` splits measured peaks into a fixed part and
@@ -32,7 +33,7 @@ Importing this module never imports TensorFlow.
 from __future__ import annotations
 
 import glob
-import math
+import json
 import os
 import re
 from dataclasses import dataclass
@@ -42,7 +43,9 @@ from . import _probe, _validate
 from ._tf import tf as _tf
 
 __all__ = [
+    "LogRecord",
     "MemoryEstimate",
+    "OomResult",
     "PeakMemory",
     "ProbeResult",
     "allocator_messages",
@@ -56,7 +59,9 @@ __all__ = [
     "measure_peak",
     "memory_info",
     "normalize_device",
+    "provoke_oom",
     "resolve_growth",
+    "split_log_records",
 ]
 
 MiB = 2**20
@@ -257,16 +262,31 @@ def default_gpu_limit(free_bytes: int, compute_capability_major: int, reserve_mi
     return limit
 
 
-#: Fragments of TensorFlow's own log messages about the GPU allocator, looked up by :func:`allocator_messages`.
+#: TensorFlow's own log messages about the GPU allocator, as the C++ code builds them: literal pieces
+#: (each looked up in the installed library by :func:`allocator_messages`) and, in angle brackets, the
+#: values filled in at run time. The pieces are stored apart in the library, so they are joined here.
 _MESSAGES = {
-    "growth overridden": "allow_growth setting because the",
-    "growth forced by the variable": "TF_FORCE_GPU_ALLOW_GROWTH environment variable is set. Original",
-    "growth value not parsed": "The TF_FORCE_GPU_ALLOW_GROWTH environment variable is set but could",
-    "valid growth values": 'Valid values are "true" or "false"',
-    "fragmentation hint": "If the cause is memory fragmentation maybe the environment",
-    "async allocator hint": "TF_GPU_ALLOCATOR=cuda_malloc_async",
-    "regions freed on demand": "Garbage collection: deallocate free memory regions",
-    "why regions are freed": "region to avoid OOM due to memory fragmentation",
+    "growth overridden": (  # gpu_bfc_allocator.cc, WARNING, when the variable beats the Python flag
+        "Overriding allow_growth setting because the",
+        " TF_FORCE_GPU_ALLOW_GROWTH environment variable is set. Original", " config value was ", "<0 or 1>", "."),
+    "growth value not parsed": (  # gpu_bfc_allocator.cc, ERROR, for any value but "true" and "false"
+        "The TF_FORCE_GPU_ALLOW_GROWTH environment variable is set but could", ' not be parsed: "', "<value>",
+        '". Valid', ' values are "true" or "false". Using original config value', " of ", "<0 or 1>", "."),
+    "out of memory": (  # bfc_allocator.cc, WARNING, before ResourceExhaustedError
+        "Allocator (", "<allocator>", ") ran out of memory trying ", "to allocate ", "<size>", " (rounded to ",
+        "<bytes>", ")", "requested by op ", "<op>",
+        "\nIf the cause is memory fragmentation maybe the environment ",
+        "variable 'TF_GPU_ALLOCATOR=cuda_malloc_async' will ",
+        "improve the situation. \nCurrent allocation summary follows."),
+    "garbage collection": (  # bfc_allocator.cc, WARNING, at the limit of a growing pool
+        "Garbage collection: deallocate free memory regions",
+        " (i.e., allocations) so that we can re-allocate a larger",
+        " region to avoid OOM due to memory fragmentation. If you",
+        " see this message frequently, you are running near the",
+        " threshold of the available device memory and re-allocation",
+        " may incur great performance overhead. You may try smaller",
+        " batch sizes to observe the performance impact.",
+        " Set TF_ENABLE_GPU_GARBAGE_COLLECTION=false if you'd like to", " disable this feature."),
 }
 
 
@@ -281,37 +301,68 @@ def _tf_library_paths() -> list[str]:
 
 
 def allocator_messages(library: str | None = None) -> dict[str, str]:
-    """TensorFlow's own log messages about GPU memory, read from the installed library.
+    """TensorFlow's own log messages about GPU memory, whole, checked against the installed library.
 
     The GPU allocator's messages (growth forced by ``TF_FORCE_GPU_ALLOW_GROWTH``,
-    accepted values, the hint to try ``TF_GPU_ALLOCATOR=cuda_malloc_async``
-    against fragmentation, freeing whole regions only to avoid an
-    out-of-memory error) are compiled into ``libtensorflow_framework`` even in
-    the CPU-only wheel. Returns ``{key: message text}`` for the messages found
-    (the text is one piece of a message, as the C++ code writes it); an empty
-    dict when the library cannot be found (another packaging).
+    a value it cannot parse, running out of memory with the hint to try
+    ``TF_GPU_ALLOCATOR=cuda_malloc_async`` against fragmentation, freeing
+    whole regions to avoid an out-of-memory error) are compiled into
+    ``libtensorflow_framework`` even in the CPU-only wheel. The C++ code writes
+    each one as several string pieces with values between them, and the
+    library stores the pieces apart. Returns ``{key: whole message}`` for the
+    messages whose every piece is in the library, the run-time values shown as
+    ``<placeholders>``; an empty dict when the library cannot be found (another
+    packaging).
     """
-    paths = [library] if library is not None else _tf_library_paths()
     if library is not None:
         _validate.text("library", library, what="path of libtensorflow_framework")
         if not os.path.isfile(library):
             raise ValueError(f"library must be an existing file, got {library!r}")
+    data = b"".join(open(path, "rb").read() for path in ([library] if library else _tf_library_paths()))
     found: dict[str, str] = {}
-    printable = re.compile(rb"[\x20-\x7e]{12,}")
-    for path in paths:
-        with open(path, "rb") as fh:
-            data = fh.read()
-        for key, fragment in _MESSAGES.items():
-            if key in found:
-                continue
-            at = data.find(fragment.encode())
-            if at < 0:
-                continue
-            for m in printable.finditer(data, max(0, at - 200), at + len(fragment) + 200):
-                if m.start() <= at < m.end():
-                    found[key] = m.group().decode().strip()
-                    break
+    for key, pieces in _MESSAGES.items():
+        literal = [p for p in pieces if not (p.startswith("<") and p.endswith(">")) and len(p) > 3]
+        if data and all(p.encode() in data for p in literal):
+            found[key] = "".join(pieces)
     return found
+
+
+#: The start of one record of TensorFlow's C++ log (absl): severity, date, time, thread, file:line.
+_LOG_START = re.compile(r"^(?P<severity>[IWEF])\d{4} [\d:.]+\s+\d+ (?P<source>[^\s\]]+)\] ?(?P<message>.*)$")
+#: Lines that start a record of their own without that prefix (absl before its initialisation, Python logging).
+_OTHER_START = re.compile(r"^(?P<severity>WARNING|ERROR|INFO|FATAL):(?P<source>[\w.]*:?) ?(?P<message>.*)$")
+
+
+@dataclass
+class LogRecord:
+    """One message of TensorFlow's log: severity (``I``, ``W``, ``E``, ``F``, or a word), source, whole text."""
+
+    severity: str
+    source: str
+    message: str
+
+
+def split_log_records(text: str) -> list[LogRecord]:
+    """Split TensorFlow's stderr into whole messages.
+
+    A C++ message may hold newlines (the out-of-memory warning has three lines);
+    the lines after the first carry no prefix. Each such continuation line is
+    joined (with ``\\n``) to the record it continues, so every record is one whole
+    message, never half a sentence. Lines before the first record are records
+    of their own, with severity ``""``.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"text must be TensorFlow's stderr as a string, got {type(text).__name__}")
+    records: list[LogRecord] = []
+    for line in text.splitlines():
+        m = _LOG_START.match(line) or _OTHER_START.match(line)
+        if m:
+            records.append(LogRecord(m["severity"], m["source"].rstrip(":"), m["message"]))
+        elif records:
+            records[-1].message += "\n" + line
+        elif line.strip():
+            records.append(LogRecord("", "", line))
+    return records
 
 
 # --------------------------------------------------------------------------- fresh processes
@@ -421,6 +472,88 @@ def fresh_process_probe(env: Mapping[str, str] | None = None, setup: str = "", t
     err = tuple(d["setup_error"]) if d["setup_error"] else None
     return ProbeResult(d["env"], err, d["memory_growth"], d["logical"], d["gpu_tf_bytes"], d["gpu_limit_bytes"],
                        d["gpu_free_mib_before"], d["gpu_process_mib"], d["compute_capability"])
+
+
+_OOM_CODE = r"""
+import json, os, sys, tempfile
+log = tempfile.TemporaryFile(mode="w+")
+os.dup2(log.fileno(), 2)  # TensorFlow's C++ log goes to fd 2: keep it to read back
+import tensorflow as tf
+cap_mib, sizes = int(sys.argv[1]), json.loads(sys.argv[2])
+gpus = tf.config.list_physical_devices("GPU")
+if gpus:  # TensorFlow's own cap: a virtual GPU with a memory_limit
+    tf.config.set_visible_devices(gpus[0], "GPU")
+    tf.config.set_logical_device_configuration(gpus[0], [tf.config.LogicalDeviceConfiguration(memory_limit=cap_mib)])
+float(tf.reduce_sum(tf.ones((256, 256))))  # start the runtime and its threads before any cap
+if gpus:
+    device, mechanism = "GPU:0", "LogicalDeviceConfiguration(memory_limit=%d) on GPU 0" % cap_mib
+else:  # the operating system's cap: the process may map only cap_mib MiB more data (Linux)
+    import resource
+    data = [int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("VmData:")][0]
+    hard = resource.getrlimit(resource.RLIMIT_DATA)[1]
+    resource.setrlimit(resource.RLIMIT_DATA, (data + cap_mib * 2**20, hard))
+    device, mechanism = "CPU:0", "RLIMIT_DATA: %d MiB more than the process had mapped" % cap_mib
+attempts = []
+for mib in sizes:
+    try:
+        with tf.device(device):
+            t = tf.zeros((mib * 2**18,))  # mib MiB of float32
+            float(t[-1])
+        del t
+        attempts.append([mib, None, None])
+    except Exception as exc:
+        attempts.append([mib, type(exc).__name__, str(exc).strip()])
+log.seek(0)
+emit({"device": device, "mechanism": mechanism, "attempts": attempts, "log": log.read()})
+"""
+
+
+@dataclass
+class OomResult:
+    """What :func:`provoke_oom` saw: one attempt per tensor, and the allocator's log."""
+
+    device: str  # "GPU:0" or "CPU:0"
+    mechanism: str  # how the memory was capped
+    cap_mib: int
+    attempts: list[tuple[int, str | None, str | None]]  # (MiB, exception class or None, its message)
+    log: list[LogRecord]  # the process's warnings and errors, whole
+
+    @property
+    def allocator_warning(self) -> str | None:
+        """The allocator's own "ran out of memory" warning, whole (None if it wrote none)."""
+        found = [r.message for r in self.log if "ran out of memory" in r.message]
+        return found[0] if found else None
+
+    def __str__(self) -> str:
+        rows = [f"a {mib} MiB tensor on {self.device}: " + (f"{err}: {msg.splitlines()[0][:160]}" if err else "fits")
+                for mib, err, msg in self.attempts]
+        return f"cap: {self.mechanism}\n" + "\n".join(rows)
+
+
+def provoke_oom(cap_mib: int = 512, sizes_mib: Sequence[int] = (256, 1024, 256), timeout: float = 180) -> OomResult:
+    """Run out of memory for real, in a fresh process whose memory is capped at ``cap_mib`` MiB.
+
+    The process caps its memory, then allocates one float32 tensor of each size
+    in ``sizes_mib`` in turn (freeing it again) and reports, per tensor,
+    ``None`` or the exception TensorFlow raised, plus its own log. On a GPU the
+    cap is TensorFlow's: GPU 0 becomes one virtual GPU with
+    ``memory_limit=cap_mib``, and the allocator refuses a tensor that does not
+    fit. On a CPU a logical device takes no limit, so the cap is the operating
+    system's: after TensorFlow has started, ``RLIMIT_DATA`` lets the process
+    map only ``cap_mib`` MiB more (Linux), and the operating system refuses the
+    allocator's request. Either way the failure is real and TensorFlow raises
+    the same ``ResourceExhaustedError``; only the cap is set up for the demonstration.
+    """
+    cap = _validate.whole("cap_mib", cap_mib, 64, what="MiB the process may still take, e.g. 512")
+    if isinstance(sizes_mib, (str, bytes)) or not isinstance(sizes_mib, Sequence):
+        raise TypeError(f"sizes_mib must be a list of tensor sizes in MiB, got {sizes_mib!r}")
+    sizes = [_validate.whole("sizes_mib", n, 1, 8192, what="a tensor size in MiB") for n in sizes_mib]
+    if not sizes:
+        raise ValueError("sizes_mib must name at least one tensor size in MiB, got an empty list")
+    _validate.seconds("timeout", timeout, allow_zero=False)
+    d = _probe.run(_OOM_CODE, str(cap), json.dumps(sizes), env={"TF_CPP_MIN_LOG_LEVEL": "1"}, timeout=timeout,
+                   label="out-of-memory probe")
+    return OomResult(d["device"], d["mechanism"], cap, [tuple(a) for a in d["attempts"]], split_log_records(d["log"]))
 
 
 # --------------------------------------------------------------------------- estimates from counts

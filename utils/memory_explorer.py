@@ -153,7 +153,7 @@ def _verdict(nbytes: int, budget: int) -> str:
 def _figure(est: MemoryEstimate, measured: dict, budget: int):
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 2.2))
+    fig, ax = plt.subplots(figsize=(7, 2.4), layout="constrained")  # makes room for the axis label and legend
     colors = ["#4c72b0", "#55a868", "#8172b2", "#ccb974", "#64b5cd", "#dd8452"]
     left = 0.0
     for (name, b), color in zip(est.parts.items(), colors):
@@ -165,8 +165,7 @@ def _figure(est: MemoryEstimate, measured: dict, budget: int):
             label="measured step")
     ax.axvline(budget / 2**20, color="#c44e52", linestyle="--", label="budget")
     ax.set_xlabel("MiB")
-    ax.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.35), frameon=False)
-    fig.tight_layout()
+    fig.legend(fontsize=7, loc="outside right center", frameon=False)  # beside the bars, clear of the "MiB" label
     return fig
 
 
