@@ -3,7 +3,7 @@
 Every public module pkgutil finds in the package is a row of the docstring's
 table and an entry of ``_SUBMODULES`` (so ``gpucourse.<name>`` works), and
 vice versa. Private modules (``_x``) are plumbing; the command-line tools
-(``labgen``, ``authoring``, ``benchmark``, ``gpureport``, ``train_multiworker``) are listed separately, in the
+(``labgen``, ``authoring``, ``benchmark``, ``gpureport``, ``train_multiworker``, ``i18n``) are listed separately, in the
 paragraph after the table.
 """
 
@@ -13,7 +13,7 @@ import re
 
 import gpucourse
 
-TOOLS = {"labgen", "authoring", "benchmark", "gpureport", "train_multiworker"}
+TOOLS = {"labgen", "authoring", "benchmark", "gpureport", "train_multiworker", "i18n"}
 
 
 def _found() -> set[str]:

@@ -47,7 +47,9 @@ the package): ``labgen`` generates ``labs/`` from ``solutions/``,
 ``benchmark`` prints the tf.data / XLA / capstone ratio table and this machine's roofline, ``gpureport``
 runs the whole course on an NVIDIA GPU and writes ``gpu-report.md`` (``make test-gpu``),
 ``train_multiworker`` trains notebook 04's multi-worker job on a cluster started by SLURM,
-Kubernetes or Vertex AI (templates in ``docs/clusters/``). Private
+Kubernetes or Vertex AI (templates in ``docs/clusters/``), ``i18n`` builds the translated
+editions (``notebooks/zh-CN/``, ``labs/zh-CN/``) from the English notebooks plus one PO file each,
+refreshes the PO files and check()'s message catalogue, and reports drift (``make zh``). Private
 plumbing (``_validate``: one argument-checking policy; ``_tf``: the one lazy
 TensorFlow import; ``_probe``: fresh-process probes; ``_simparts``) is not
 part of the public interface.
