@@ -142,13 +142,14 @@ class UlpBudget:
 
 #: Per device type: the ulp budget for XLA against the plain kernels on ``tanh`` chains, and what it rests on.
 ULP_BUDGETS = {
-    "CPU": UlpBudget("CPU", 16, "measured, not documented: on a CPU TensorFlow's Tanh kernel (Eigen's) and XLA "
-                     "both use Eigen's rational tanh, 'accurate up to a couple of ulps' by Eigen's comment; the "
-                     "notebooks re-check 16 on every CPU code path the course tests (oneDNN on, AVX2-only, off)"),
+    "CPU": UlpBudget("CPU", 16, "measured, not documented: TensorFlow's Tanh kernel and XLA both use rational "
+                     "approximations with no documented bound (XLA's is Eigen's, 'accurate up to a couple of "
+                     "ulps' by Eigen's comment); the notebooks re-check 16 on every CPU code path the course "
+                     "tests (oneDNN on, AVX2-only, off)"),
     "GPU": UlpBudget("GPU", 58, "2 ulps for CUDA's tanhf, the plain kernel's (CUDA Math API, documented) + 40 for "
                      "XLA:GPU's fast tanh, which has no documented bound ('isn't numerically precise, but it's "
                      "good enough for ML', xla/service/gpu/elemental_ir_emitter.cc): 40 ulps is the relative "
-                     "error 20 eps that XLA's exhaustive tests of f32 tanh allow + 16 for the chain's other "
+                     "error 20 eps that XLA's exhaustive tests allow f32 tanh + 16 for the chain's other "
                      "roundings (8 ops on each side, half an eps each)"),
 }
 
