@@ -14,8 +14,10 @@ the solved one). Beside it, ``<name>.expected.json`` holds the golden outcome::
      "items": {"q1": "fail"},                  # item statuses
      "messages": {"q4": ["fragment"]},         # fragments of an item's message
      "batch": {"wait_s": 4, "marker": "...",   # graded by `gpucourse-grade <folder> --out out` in a
-               "absent": ["out/x.txt"]}}       # subprocess: then, wait_s later, no process with the marker
-                                               # runs, `verify out` is clean and no absent file exists
+               "absent": ["out/x.txt"],        # subprocess: then, wait_s later, no process with the marker
+               "out_in": "/var/tmp"}}          # runs, `verify out` is clean and no absent file exists
+                                               # (out_in: the output folder's parent, else the test's tmp
+                                               # folder, which the sandbox's own empty /tmp hides anyway)
 
 Every reason must also reach the learner's feedback (the report's table) and the gradebook's
 integrity column. Each attack runs in its own kernel, once.
@@ -23,8 +25,10 @@ integrity column. Each attack runs in its own kernel, once.
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -115,22 +119,31 @@ def grade_in_batch(sub: Path, want: dict, tmp_path: Path) -> GradeReport:
     (tmp_path / "subs").mkdir()
     sub.rename(tmp_path / "subs" / "mallory.ipynb")
     env = {**os.environ, "GPUCOURSE_GRADING_KEY": str(tmp_path / "grading.key")}
-    cmd = [sys.executable, "-m", "gpucourse.grading.cli", "subs", "--lab", want.get("lab", "01"), "--out", "out",
-           "--jobs", "1", "--timeout", "240"]
-    done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400)
-    assert done.returncode == 0, done.stdout + done.stderr
-    book = (tmp_path / "out" / "gradebook.json").read_text()
-    time.sleep(batch.get("wait_s", 4))  # what a surviving process would have used to rewrite the results
-    assert (tmp_path / "out" / "gradebook.json").read_text() == book, "the gradebook changed after grading"
-    check = subprocess.run([sys.executable, "-m", "gpucourse.grading.cli", "verify", "out"], cwd=tmp_path, env=env,
-                           capture_output=True, text=True, timeout=60)
-    assert check.returncode == 0 and "ok out" in check.stdout, check.stdout + check.stderr
-    for name in batch.get("absent", []):
-        assert not (tmp_path / name).exists(), f"the submission wrote {name}"
+    out = tmp_path / "out"
+    if batch.get("out_in"):  # a folder anyone may enter, as an instructor's output folder may be
+        out = Path(tempfile.mkdtemp(dir=batch["out_in"])) / "out"
+        out.parent.chmod(0o755)
+    try:
+        cmd = [sys.executable, "-m", "gpucourse.grading.cli", "subs", "--lab", want.get("lab", "01"),
+               "--out", str(out) if batch.get("out_in") else "out", "--jobs", "1", "--timeout", "240"]
+        done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400)
+        assert done.returncode == 0, done.stdout + done.stderr
+        book = (out / "gradebook.json").read_text()
+        time.sleep(batch.get("wait_s", 4))  # what a surviving process would have used to rewrite the results
+        assert (out / "gradebook.json").read_text() == book, "the gradebook changed after grading"
+        check = subprocess.run([sys.executable, "-m", "gpucourse.grading.cli", "verify", str(out)], cwd=tmp_path,
+                               env=env, capture_output=True, text=True, timeout=60)
+        assert check.returncode == 0 and "ok " in check.stdout, check.stdout + check.stderr
+        for name in batch.get("absent", []):
+            assert not (tmp_path / name).exists() and not (out / name).exists(), f"the submission wrote {name}"
+        report = json.loads((out / "reports" / "mallory.json").read_text())
+    finally:
+        if batch.get("out_in"):
+            shutil.rmtree(out.parent, ignore_errors=True)
     marker = batch.get("marker")
     if marker:
         import psutil
 
         alive = [p.pid for p in psutil.process_iter(["cmdline"]) if marker in (p.info["cmdline"] or [])]
         assert not alive, f"a process the submission started ({marker}) outlived the grader: {alive}"
-    return GradeReport.from_dict(json.loads((tmp_path / "out" / "reports" / "mallory.json").read_text()))
+    return GradeReport.from_dict(report)

@@ -36,7 +36,7 @@ MAX_LINE = 256 * 1024 * 1024
 _HEAD = re.compile(rb"^\((\d+), '([a-z-]+)', ")
 _PHASE = rb"""(?:'[^']*'|"[^"]*")"""
 _TAMPER = re.compile(rb"^\(\d+, (?:'changed', \(" + _PHASE + rb", \(\('(?:replaced|added)'"
-                     rb"|'event', \(" + _PHASE + rb", '(?:forged|ctypes|audit-hook|install-write)')")
+                     rb"|'event', \(" + _PHASE + rb", '(?:forged|ctypes|audit-hook|install-write|output-write)')")
 
 
 @dataclass

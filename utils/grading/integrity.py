@@ -123,7 +123,8 @@ def answer_helpers(lab: str | None, modules=()) -> tuple[str, ...]:
     return tuple(helper_items(lab, modules))
 
 
-def guard_config(address: str | None, helpers, grader_files, driver_files, driver_sha256, protected=()) -> dict:
+def guard_config(address: str | None, helpers, grader_files, driver_files, driver_sha256, protected=(),
+                 output=()) -> dict:
     """What :func:`gpucourse.grading.kernel_guard.install` needs (see its docstring).
 
     Every helper must name a course function or class (:func:`check_helper_name`), else ValueError.
@@ -135,7 +136,8 @@ def guard_config(address: str | None, helpers, grader_files, driver_files, drive
     preload = sorted({name.rpartition(".")[0] for name in helpers if name.startswith("gpucourse.")})
     return {"address": address, "answer_helpers": helpers, "grader_files": list(grader_files),
             "driver_files": list(driver_files), "driver_sha256": list(driver_sha256),
-            "protected_files": list(protected), "preload": preload, "course_modules": course_modules()}
+            "protected_files": list(protected), "output_roots": [str(p) for p in output], "preload": preload,
+            "course_modules": course_modules()}
 
 
 def course_modules() -> list[str]:
@@ -337,7 +339,8 @@ def scan_source(sources: list[str], lab: str | None = None, template: list[str] 
 TAMPER = {"ctypes": "used ctypes, which can rewrite any memory",
           "forged": "sent messages that only the grader's checks may send",
           "audit-hook": "tried to install its own audit hook",
-          "install-write": "wrote into the Python installation"}
+          "install-write": "wrote into the Python installation",
+          "output-write": "tried to write the grader's results (its output folder, hidden tests or key)"}
 INTROSPECTION = ("introspection",)
 FLAG = {"dynamic-code": "ran dynamically built code", "process": "started or signalled a process",
         "atexit": "registered an atexit hook (it never runs: the grader kills the kernel)",

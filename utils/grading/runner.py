@@ -164,11 +164,12 @@ def grade_notebook(path: str | Path, lab: str | None = None, extra_tests=(), tim
     return report
 
 
-def _cells(code, tests, plan, helpers, address) -> list[Cell]:
+def _cells(code, tests, plan, helpers, address, output=()) -> list[Cell]:
     guard_src, driver_src = GUARD_PY.read_text(), OBSERVE_PY.read_text()
     config = guard_config(address, helpers, [p for _, p, _ in tests] + [str(ITEMS_PY), DRIVER_FILENAME],
                           [DRIVER_FILENAME], [hashlib.sha256(driver_src.encode()).hexdigest()],
-                          [p for _, p, _ in tests] + [str(q) for q in sorted(LABTESTS_DIR.glob("lab*.py"))])
+                          [p for _, p, _ in tests] + [str(q) for q in sorted(LABTESTS_DIR.glob("lab*.py"))],
+                          output)
     kernel_tests = [[source, path, judging.kernel_source(text)] for source, path, text in tests]
     observe = {"items_src": ITEMS_PY.read_text(), "items_path": str(ITEMS_PY), "tests": kernel_tests,
                "plan": [e.to_kernel() for e in plan if not e.error], "timeout_s": ITEM_TIMEOUT_S}
@@ -183,7 +184,7 @@ def _cells(code, tests, plan, helpers, address) -> list[Cell]:
 def _run(report: GradeReport, code, tests, plan, helpers, timeout, kernel_name, hide=()) -> None:
     channel = Channel().start()
     try:
-        cells, config_digest = _cells(code, tests, plan, helpers, channel.address)
+        cells, config_digest = _cells(code, tests, plan, helpers, channel.address, hide)
 
         def before(index, cell):
             if index == 1 and not channel.wait_connected(GUARD_CONNECT_S):
