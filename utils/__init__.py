@@ -23,6 +23,7 @@ helpers; each is ``gpucourse.<name>``, imported on first use:
 ``precision_scaling``  05 loss scaling, its explorers, replicas under a strategy
 ``precision_hardware`` 05 Tensor Core support, data-sheet peaks, TF32 switch, advice
 ``xla``                06 XLA compilation and HLO inspection, the fusion explorer
+``grappler``           06 Grappler: the graph a tf.function runs after TensorFlow's optimizer
 ``determinism``        06 reproducible training: fresh-process runs compared bit for bit
 ``latency``            06 inference latency p50/p99 against batch size
 ``pipeline``           07 tf.data tuning: the notebook's workload and variants, options, epoch orders
@@ -74,6 +75,7 @@ _SUBMODULES = (
     "distribute",
     "explore",
     "grading",
+    "grappler",
     "labtests",
     "latency",
     "logcapture",
