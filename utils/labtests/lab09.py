@@ -6,13 +6,14 @@ and returns the number it gave; ``judge`` computes the answer on the grader's si
 matches a classic mistake (a multiply-add counted as 1 FLOP, the output write forgotten, bits for
 bytes, TFLOP/s against GB/s without the units, the forward pass only, the sparse or the wrong dtype's
 peak), says which. Nothing here uses :mod:`gpucourse.mfu` or :mod:`gpucourse.roofline`.
+Every message goes through ``tr`` (the zh_CN catalogue, ``grading/locale/zh_CN.po``).
 """
 
 from __future__ import annotations
 
 import math
 
-from gpucourse.grading.items import Fail, item
+from gpucourse.grading.items import Fail, item, tr
 
 SIZES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}
 
@@ -20,7 +21,7 @@ SIZES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}
 def _number(seen, what: str) -> float:
     got = seen["got"]
     if isinstance(got, bool) or not isinstance(got, (int, float)) or not math.isfinite(got):
-        raise Fail(f"{what} should return a number, got {got!r} ({seen['type']})")
+        raise Fail(tr("{what} should return a number, got {got!r} ({kind})", what=what, got=got, kind=seen["type"]))
     return float(got)
 
 
@@ -60,13 +61,14 @@ class q1:
         want = 2 * m * n * k / ((inputs + output) * size)
         if _close(got, want):
             return
-        msg = f"{what} should be {want:.6g} FLOP/byte, got {got:.6g}."
+        msg = tr("{what} should be {want:.6g} FLOP/byte, got {got:.6g}.", what=what, want=want, got=got)
         if _close(got, want / 2):
-            msg += " A multiply-add is 2 FLOPs: (m, k) @ (k, n) does 2*m*n*k of them, not m*n*k."
+            msg += tr(" A multiply-add is 2 FLOPs: (m, k) @ (k, n) does 2*m*n*k of them, not m*n*k.")
         elif _close(got, 2 * m * n * k / (inputs * size)):
-            msg += " Count the output too: the result (m x n) is written to memory once."
+            msg += tr(" Count the output too: the result (m x n) is written to memory once.")
         elif _close(got, want / 8):
-            msg += f" Use bytes, not bits: a {dtype} is {size} bytes ({size * 8} bits)."
+            msg += tr(" Use bytes, not bits: a {dtype} is {size} bytes ({bits} bits).", dtype=dtype, size=size,
+                      bits=size * 8)
         raise Fail(msg)
 
 
@@ -97,14 +99,15 @@ class q2:
         ridge = p * 1e12 / (w * 1e9)
         want = "memory" if f / b < ridge else "compute"
         got = seen["got"]
-        what = (f"bounding_roof({f:.4g}, {b:.4g}, {p}, {w}) (intensity {f / b:.3g} FLOP/byte on a device of "
-                f"{p} TFLOP/s and {w} GB/s)")
+        what = tr("{call} (intensity {intensity:.3g} FLOP/byte on a device of {p} TFLOP/s and {w} GB/s)",
+                  call=f"bounding_roof({f:.4g}, {b:.4g}, {p}, {w})", intensity=f / b, p=p, w=w)
         if got not in ("memory", "compute"):
-            raise Fail(f"{what} should return 'memory' or 'compute', got {got!r}")
+            raise Fail(tr("{what} should return 'memory' or 'compute', got {got!r}", what=what, got=got))
         if got != want:
-            raise Fail(f"{what} should be {want!r}, got {got!r}: the ridge point is peak / bandwidth = "
-                       f"{ridge:.3g} FLOP/byte. Put both in the same units first (TFLOP/s is 1e12 FLOP/s, GB/s "
-                       "is 1e9 bytes/s), and an op below the ridge is memory-bound.")
+            raise Fail(tr("{what} should be {want!r}, got {got!r}: the ridge point is peak / bandwidth = "
+                          "{ridge:.3g} FLOP/byte. Put both in the same units first (TFLOP/s is 1e12 FLOP/s, GB/s "
+                          "is 1e9 bytes/s), and an op below the ridge is memory-bound.",
+                          what=what, want=want, got=got, ridge=ridge))
 
 
 # --------------------------------------------------------------------------- q3
@@ -126,13 +129,14 @@ class q3:
         unit = b * i * o
         if _close(got, 6 * unit):
             return
-        msg = f"{what} should be 6 * batch * d_in * d_out = {6 * unit:,}, got {got:,.0f}."
-        hints = {2: " That is the forward pass only: the backward pass computes the gradient of W (x^T @ dy) "
-                    "and of x (dy @ W^T), each as many FLOPs as the forward.",
-                 3: " A multiply-add is 2 FLOPs: each of the three matmuls (forward, dW, dx) is 2*b*d_in*d_out.",
-                 4: " The backward pass has two matmuls: dW = x^T @ dy and, since this is not the first layer, "
-                    "dx = dy @ W^T for the layer below.",
-                 1: " Count forward and backward, and a multiply-add as 2 FLOPs."}
+        msg = tr("{what} should be 6 * batch * d_in * d_out = {want:,}, got {got:,.0f}.", what=what, want=6 * unit,
+                 got=got)
+        hints = {2: tr(" That is the forward pass only: the backward pass computes the gradient of W (x^T @ dy) "
+                       "and of x (dy @ W^T), each as many FLOPs as the forward."),
+                 3: tr(" A multiply-add is 2 FLOPs: each of the three matmuls (forward, dW, dx) is 2*b*d_in*d_out."),
+                 4: tr(" The backward pass has two matmuls: dW = x^T @ dy and, since this is not the first layer, "
+                       "dx = dy @ W^T for the layer below."),
+                 1: tr(" Count forward and backward, and a multiply-add as 2 FLOPs.")}
         for factor, hint in hints.items():
             if _close(got, factor * unit):
                 msg += hint
@@ -179,15 +183,15 @@ class q4:
         want = mfu(flops, sheet["dense"][dtype])
         if _close(got, want):
             return
-        msg = f"{what} should be {want:.4f}, got {got:.4g}."
+        msg = tr("{what} should be {want:.4f}, got {got:.4g}.", what=what, want=want, got=got)
         if _close(got, mfu(flops, sheet["sparse"][dtype])):
-            msg += (" You divided by the peak 'with sparsity': it needs 2:4 structured-sparse weights, which a "
-                    "dense model does not have. Use sheet['dense'][dtype].")
+            msg += tr(" You divided by the peak 'with sparsity': it needs 2:4 structured-sparse weights, which a "
+                      "dense model does not have. Use sheet['dense'][dtype].")
         elif _close(got, mfu(2 * p * t, sheet["dense"][dtype])):
-            msg += " 2 x params x tokens is the forward pass only: a training step is 6 x params x tokens."
+            msg += tr(" 2 x params x tokens is the forward pass only: a training step is 6 x params x tokens.")
         elif any(_close(got, mfu(flops, v)) for d, v in sheet["dense"].items() if d != dtype):
-            msg += (f" You used another dtype's peak: the matmuls run in {dtype}, so divide by "
-                    f"sheet['dense'][{dtype!r}].")
+            msg += tr(" You used another dtype's peak: the matmuls run in {dtype}, so divide by "
+                      "sheet['dense'][{dtype_repr}].", dtype=dtype, dtype_repr=repr(dtype))
         elif _close(got, 100 * want):
-            msg += " Return a fraction (0.4 for 40%), not a percentage."
+            msg += tr(" Return a fraction (0.4 for 40%), not a percentage.")
         raise Fail(msg)
