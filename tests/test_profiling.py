@@ -125,6 +125,16 @@ def test_trace_helpers_bad_input(tmp_path):
         profiling.load_trace(str(tmp_path / "trace.json"))
     with pytest.raises(TypeError):
         profiling.load_trace(3)
+    with pytest.raises(TypeError, match="path"):
+        profiling.convert_trace(3)
+    with pytest.raises(ValueError, match=".xplane.pb"):
+        profiling.convert_trace(str(tmp_path / "trace.json"))
+    with pytest.raises(FileNotFoundError, match="no trace file"):
+        profiling.convert_trace(str(tmp_path / "gone.xplane.pb"))
+    with pytest.raises(ValueError, match="tool"):
+        profiling.convert_trace(str(tmp_path / "gone.xplane.pb"), "")
+    with pytest.raises(TypeError, match="params"):
+        profiling.convert_trace(str(tmp_path / "gone.xplane.pb"), "trace_viewer", "use_saved_result")
     with pytest.raises(ValueError, match="step"):
         profiling.step_marker(-1)
     with pytest.raises(ValueError, match="name"):
@@ -144,3 +154,48 @@ def test_module_does_one_job():
     for gone in ("SimulatedDevice", "measure_utilisation", "predicted_utilisation", "busy_time",
                  "UtilisationMonitor", "utilisation_explorer", "benchmark"):
         assert not hasattr(profiling, gone), gone
+
+
+def test_drop_profiler_noise_keeps_every_other_line():
+    noise = ("WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
+             "I0000 00:00:1795635660.151558    5329 xplane_to_tools_data_with_profile_processor.cc:214] serving tool\n"
+             "E0000 00:00:1795635660.151618    5329 unified_profile_processor_factory.cc:65] "
+             "No UnifiedProfileProcessor registered for tool: trace_viewer\n"
+             "W0000 00:00:1795635660.151621    5329 xplane_to_tools_data_with_profile_processor.cc:229] Unified "
+             "processor not found for tool: trace_viewer, falling back to legacy.\n\n")
+    assert profiling.drop_profiler_noise(noise) == ""
+    real = "E0000 00:00:1795635660.1 5329 xplane_to_tools_data.cc:10] Can not find tool: nope"
+    other_warning = "W0000 00:00:1.2 7 profiler_session.cc:9] Profiler is already running"
+    assert profiling.drop_profiler_noise(noise + real + "\n" + other_warning) == real + "\n" + other_warning
+    assert profiling.drop_profiler_noise("Traceback (most recent call last):") == "Traceback (most recent call last):"
+    with pytest.raises(TypeError, match="text"):
+        profiling.drop_profiler_noise(b"bytes")
+
+
+def test_profiler_calls_write_no_noise_to_stderr(tmp_path):
+    """With TF_CPP_MIN_LOG_LEVEL=0 (unset, as on Colab) capture_trace and convert_trace leave stderr empty,
+    while the plugin called directly prints only lines that PROFILER_NOISE covers (issue 21)."""
+    from importlib.metadata import version
+
+    from tests.conftest import run_python
+
+    code = ("import sys\nimport tensorflow as tf\nfrom gpucourse import profiling\n"
+            "print('START', file=sys.stderr, flush=True)\n"
+            "with profiling.capture_trace() as cap:\n    float(tf.reduce_sum(tf.ones((8, 8))))\n"
+            "for tool in ('trace_viewer', 'kernel_stats', 'input_pipeline_analyzer', 'framework_op_stats'):\n"
+            "    data, content_type = profiling.convert_trace(cap.logdir, tool)\n    print(tool, bool(data))\n"
+            "print(len(profiling.load_trace(cap.xplane_path)) > 0)\n"
+            "print('RAW', file=sys.stderr, flush=True)\n"
+            "from xprof.convert import raw_to_tool_data\n"
+            "for tool in ('trace_viewer', 'kernel_stats'):\n"
+            "    raw_to_tool_data.xspace_to_tool_data([cap.xplane_path], tool, {})\n")
+    proc = run_python(code, {"TF_CPP_MIN_LOG_LEVEL": "0"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["trace_viewer", "True", "kernel_stats", "True", "input_pipeline_analyzer", "True",
+                                   "framework_op_stats", "True", "True"]
+    ours, raw = proc.stderr.split("START\n", 1)[1].split("RAW\n", 1)
+    assert ours.strip() == "", f"capture_trace/convert_trace wrote to stderr:\n{ours}"
+    assert profiling.drop_profiler_noise(raw) == "", "the plugin printed a line PROFILER_NOISE does not cover"
+    if version("xprof").startswith("2.24."):  # the version the notebook's text describes
+        assert "No UnifiedProfileProcessor registered for tool: trace_viewer" in raw
+        assert "No UnifiedProfileProcessor registered for tool: kernel_stats" in raw

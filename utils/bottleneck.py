@@ -208,11 +208,11 @@ def _step_table(data) -> StepTable:
 def profiler_step_table(path: str | os.PathLike) -> StepTable:
     """The step table of the profiler's input-pipeline analyzer for a trace (``.xplane.pb`` or its logdir).
 
-    Runs the converter behind TensorBoard's Profile tab
-    (``raw_to_tool_data.xspace_to_tool_data([path], "input_pipeline_analyzer", {})``) and keeps the table
-    the step-time graph is drawn from. On a CPU-only machine it has no rows (``hardware == "CPU_ONLY"``).
+    Runs the converter behind TensorBoard's Profile tab (:func:`gpucourse.profiling.convert_trace` with
+    ``"input_pipeline_analyzer"``) and keeps the table the step-time graph is drawn from. On a CPU-only
+    machine it has no rows (``hardware == "CPU_ONLY"``).
     """
-    from .profiling import _converter, find_xplane
+    from .profiling import convert_trace, find_xplane
 
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path must be an .xplane.pb file or a logdir, got {type(path).__name__}")
@@ -221,7 +221,7 @@ def profiler_step_table(path: str | os.PathLike) -> StepTable:
         path = find_xplane(path)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"no trace file at {path!r}")
-    data, _content_type = _converter().xspace_to_tool_data([path], "input_pipeline_analyzer", {})
+    data, _content_type = convert_trace(path, "input_pipeline_analyzer")
     return _step_table(data)
 
 

@@ -7,11 +7,11 @@ One job, traces and what they say about each step:
   ``plugins/profile/<run>/<host>.xplane.pb`` it produced. :func:`step_marker`
   and :func:`region` label steps and the named ranges inside them
   (``tf.profiler.experimental.Trace``); :func:`run_traced_steps` runs a loop with both.
-* **Read, without TensorBoard.** :func:`load_trace` converts the ``.xplane.pb``
-  with the profiler plugin's own converter (the one behind TensorBoard's trace
-  viewer) into :class:`TraceEvent` objects; :func:`parse_trace` reads
-  trace-viewer JSON. :func:`step_breakdown` splits every step into input
-  time, compute time and the rest.
+* **Read, without TensorBoard.** :func:`convert_trace` runs the profiler plugin's
+  own converter (the one behind TensorBoard's Profile tab) without its log noise;
+  :func:`load_trace` turns its trace-viewer JSON into :class:`TraceEvent` objects;
+  :func:`parse_trace` reads trace-viewer JSON. :func:`step_breakdown` splits every
+  step into input time, compute time and the rest.
 
 The simulated accelerator and the capstone's benchmark live in
 :mod:`gpucourse.simulate`, the live utilisation monitor in :mod:`gpucourse.monitor`.
@@ -23,8 +23,11 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import io
 import json
 import os
+import re
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Sequence
@@ -33,8 +36,68 @@ from . import _validate
 from ._tf import tf as _tf
 from .simulate import TimelineEvent
 
-__all__ = ["StepBreakdown", "StepSplit", "TraceCapture", "TraceEvent", "capture_trace", "find_xplane",
-           "load_trace", "parse_trace", "region", "run_traced_steps", "step_breakdown", "step_marker"]
+__all__ = ["PROFILER_NOISE", "StepBreakdown", "StepSplit", "TraceCapture", "TraceEvent", "capture_trace",
+           "convert_trace", "drop_profiler_noise", "find_xplane", "load_trace", "parse_trace", "region",
+           "run_traced_steps", "step_breakdown", "step_marker"]
+
+
+# --------------------------------------------------------------------------- the profiler's log lines
+
+#: Lines the profiler's C++ code writes to stderr (below Python's ``sys.stderr``) on every call, none of
+#: them a problem. In a notebook they show in red and read as "something broke".
+#:
+#: * The plugin's converter (xprof 2.24) first asks its registry of "unified" processors for the tool; for
+#:   ``trace_viewer`` and ``kernel_stats`` there is none, so it logs ``E... No UnifiedProfileProcessor
+#:   registered for tool: trace_viewer`` at *error* level and ``W... Unified processor not found for tool:
+#:   trace_viewer, falling back to legacy.``, then converts with the processor that has always done it
+#:   (``xplane_to_tools_data_with_profile_processor.cc``: the lookup runs first while the
+#:   ``enable_unified_xprof`` flag is on, and the flag cannot be set from Python). The result is complete.
+#: * Its first log line in a process is absl's ``WARNING: All log messages before absl::InitializeLog()
+#:   is called are written to STDERR``: the plugin never sets up logging, which changes nothing.
+#: * ``I...`` lines are INFO: the converter's progress ("serving tool", "Total time for tool") and the
+#:   profiler session's ("Profiler session started", "Collecting XSpace to repository").
+#:   ``TF_CPP_MIN_LOG_LEVEL=1`` hides them too, but it is unset on Colab.
+#:
+#: :func:`drop_profiler_noise` drops exactly these (a test checks each against the real converter); any
+#: other line, an error included, is passed on.
+PROFILER_NOISE = (
+    "All log messages before absl::InitializeLog() is called are written to STDERR",
+    "No UnifiedProfileProcessor registered for tool: ",
+    "Unified processor not found for tool: ",
+)
+#: An INFO line of absl/TensorFlow logging: ``I`` then MMDD, a time (absl may print the epoch seconds), a thread id
+#: and ``file.cc:line]``.
+_INFO_LINE = re.compile(r"^I\d{4} [\d:.]+\s+\d+ [\w./+-]+:\d+\] ")
+
+
+def drop_profiler_noise(text: str) -> str:
+    """``text`` without the lines of :data:`PROFILER_NOISE`, INFO lines and blank lines; each other line kept."""
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a string (what the profiler wrote to stderr), got {type(text).__name__}")
+    return "\n".join(ln for ln in text.splitlines()
+                     if ln.strip() and not _INFO_LINE.match(ln) and not any(n in ln for n in PROFILER_NOISE))
+
+
+@contextlib.contextmanager
+def _quiet_profiler():
+    """Run the block with the C-level stderr caught; afterwards write what is not noise to ``sys.stderr``.
+
+    Only around the profiler's own calls (start, stop, the converter), never around your code. Without
+    ``wurlitzer`` (Windows) the block runs as it is.
+    """
+    try:
+        from wurlitzer import pipes
+    except ImportError:
+        yield
+        return
+    caught = io.StringIO()
+    try:
+        with pipes(stdout=None, stderr=caught):
+            yield
+    finally:
+        kept = drop_profiler_noise(caught.getvalue())
+        if kept:
+            print(kept, file=sys.stderr)
 
 
 # --------------------------------------------------------------------------- capturing a trace
@@ -74,14 +137,16 @@ def capture_trace(logdir: str | os.PathLike | None = None):
     logdir = os.fspath(logdir)
     capture = TraceCapture(logdir)
     try:
-        tf.profiler.experimental.start(logdir)
+        with _quiet_profiler():
+            tf.profiler.experimental.start(logdir)
     except tf.errors.AlreadyExistsError as err:
         raise RuntimeError("another profiler is already running in this process (only one can run at a time); "
                            "stop it with tf.profiler.experimental.stop() and try again") from err
     try:
         yield capture
     finally:
-        tf.profiler.experimental.stop()
+        with _quiet_profiler():
+            tf.profiler.experimental.stop()
     capture.xplane_path = find_xplane(logdir)
 
 
@@ -232,15 +297,21 @@ def _converter():
     return raw_to_tool_data
 
 
-def load_trace(path: str | os.PathLike) -> list[TraceEvent]:
-    """Read a trace (an ``.xplane.pb`` file, or a logdir holding one) into events.
+def convert_trace(path: str | os.PathLike, tool: str = "trace_viewer", params: Mapping | None = None):
+    """What TensorBoard's Profile tab shows for a trace: ``(data, content_type)`` for one of its tools.
 
-    Uses the converter behind TensorBoard's trace viewer
-    (``raw_to_tool_data.xspace_to_tool_data([path], "trace_viewer", {})``), which
-    returns ``(json_text, content_type)``; no TensorBoard server or UI is involved.
+    This is the plugin's own converter, ``xprof.convert.raw_to_tool_data.xspace_to_tool_data([path], tool,
+    params)`` (no TensorBoard server or UI), called with the lines of :data:`PROFILER_NOISE` dropped from
+    what it writes to stderr; any other line still shows. ``path`` is an ``.xplane.pb`` file or a logdir
+    holding one; ``tool`` a tool name such as ``"trace_viewer"`` (JSON text), ``"input_pipeline_analyzer"``,
+    ``"framework_op_stats"``, ``"kernel_stats"`` or ``"memory_profile"`` (JSON bytes).
     """
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path must be an .xplane.pb file or a logdir, got {type(path).__name__}")
+    _validate.text("tool", tool, "a profiler tool name such as 'trace_viewer'")
+    if params is not None and not isinstance(params, Mapping):
+        raise TypeError(f"params must be a dict of tool options (or None), got {type(params).__name__}")
+    params = dict(params or {})
     path = os.fspath(path)
     if os.path.isdir(path):
         path = find_xplane(path)
@@ -248,9 +319,22 @@ def load_trace(path: str | os.PathLike) -> list[TraceEvent]:
         raise ValueError(f"expected an .xplane.pb file (or the logdir), got {path!r}")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"no trace file at {path!r}")
-    data, _content_type = _converter().xspace_to_tool_data([path], "trace_viewer", {})
+    converter = _converter()
+    with _quiet_profiler():
+        return converter.xspace_to_tool_data([path], tool, params)
+
+
+def load_trace(path: str | os.PathLike) -> list[TraceEvent]:
+    """Read a trace (an ``.xplane.pb`` file, or a logdir holding one) into events.
+
+    Converts it with :func:`convert_trace` (the converter behind TensorBoard's trace viewer,
+    ``"trace_viewer"``), which returns ``(json_text, content_type)``, and parses the JSON.
+    """
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be an .xplane.pb file or a logdir, got {type(path).__name__}")
+    data, _content_type = convert_trace(path, "trace_viewer")
     if not data:
-        raise ValueError(f"the profiler plugin could not convert {path!r} (empty result)")
+        raise ValueError(f"the profiler plugin could not convert {os.fspath(path)!r} (empty result)")
     return parse_trace(data)
 
 
