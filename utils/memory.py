@@ -525,7 +525,7 @@ class OomResult:
         return found[0] if found else None
 
     def __str__(self) -> str:
-        rows = [f"a {mib} MiB tensor on {self.device}: " + (f"{err}: {msg.splitlines()[0][:160]}" if err else "fits")
+        rows = [f"a {mib} MiB tensor on {self.device}: " + (f"{err}: {msg.splitlines()[0]}" if err else "fits")
                 for mib, err, msg in self.attempts]
         return f"cap: {self.mechanism}\n" + "\n".join(rows)
 
