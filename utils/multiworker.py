@@ -464,7 +464,7 @@ def _run_worker(steps: int, per_replica_batch: int, seed: int, mode: str, checkp
     if mode == "fit":  # Keras 3 fit under MultiWorkerMirroredStrategy: fails (keras-team/keras#20585)
         model.compile(optimizer=optimizer, loss="mse")
         hist = model.fit(strategy.distribute_datasets_from_function(dataset_fn), steps_per_epoch=steps, epochs=1,
-                         verbose=0)
+                         shuffle=False, verbose=0)  # shuffle: fit's default, ignored for a dataset, warns
         losses = [float(v) for v in hist.history["loss"]]
     else:
         dist = iter(strategy.distribute_datasets_from_function(dataset_fn))
