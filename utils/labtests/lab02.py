@@ -7,11 +7,12 @@ grader cannot see the learner's devices); ``observe`` builds the tensors in
 the learner's kernel, calls the learner's function and reports plain facts
 (devices, values, soft-placement settings); ``judge`` computes the expected
 answers on the grader's side and says what to fix.
+Every message goes through ``tr`` (the zh_CN catalogue, ``grading/locale/zh_CN.po``).
 """
 
 from __future__ import annotations
 
-from gpucourse.grading.items import Fail, expect_raised, item, outcome
+from gpucourse.grading.items import Fail, expect_raised, item, outcome, tr
 
 _TYPES = ["CPU", "GPU", "TPU", "XLA_GPU"]
 
@@ -71,8 +72,8 @@ def _runtime_soft_placement() -> bool:
 def _not_a_tensor(facts: dict, what: str) -> str | None:
     if facts["is_tensor"]:
         return None
-    return (f"{what} should be a TensorFlow tensor (so it knows its device), got a {facts['type']}: "
-            "do not convert it with .numpy() or Python/NumPy arithmetic")
+    return tr("{what} should be a TensorFlow tensor (so it knows its device), got a {kind}: "
+              "do not convert it with .numpy() or Python/NumPy arithmetic", what=what, kind=facts["type"])
 
 
 def _close(got, want, tol: float = 1e-4) -> bool:
@@ -102,18 +103,20 @@ class q1:
             return expect_raised(seen, f"short_name({name!r})", "there is no device in it")
         want = _short(name)
         if "raised" in seen:
-            raise Fail(f"short_name({name!r}) should be {want!r}, but it raised {seen['raised']}: {seen['message']}")
+            raise Fail(tr("short_name({name}) should be {want}, but it raised {raised}: {message}", name=repr(name),
+                          want=repr(want), raised=seen["raised"], message=seen["message"]))
         got = seen["value"]
         if got == want:
             return
         hint = ""
         if isinstance(got, str) and ("/" in got or "job:" in got or "device:" in got):
-            hint = " Keep only the last part, TYPE:index: drop the job, replica, task and 'device:'."
+            hint = tr(" Keep only the last part, TYPE:index: drop the job, replica, task and 'device:'.")
         elif isinstance(got, str) and got.upper() == want:
-            hint = " Write the type in upper case (TensorFlow accepts 'gpu:1', but prints 'GPU:1')."
+            hint = tr(" Write the type in upper case (TensorFlow accepts 'gpu:1', but prints 'GPU:1').")
         elif "_" in want:
-            hint = " Device types can contain '_' (XLA_GPU): split on the last ':' only."
-        raise Fail(f"short_name({name!r}) should be {want!r}, got {got!r}.{hint}")
+            hint = tr(" Device types can contain '_' (XLA_GPU): split on the last ':' only.")
+        raise Fail(tr("short_name({name}) should be {want}, got {got}.{hint}", name=repr(name), want=repr(want),
+                      got=repr(got), hint=hint))
 
 
 # --------------------------------------------------------------------------- q2
@@ -146,19 +149,20 @@ class q2:
 
     def judge(case, seen):
         if not seen["names"]:
-            raise Fail("this check needs at least two logical devices: run the setup cell at the top of the lab "
-                       "first (it splits the device), then this cell again")
+            raise Fail(tr("this check needs at least two logical devices: run the setup cell at the top of the lab "
+                          "first (it splits the device), then this cell again"))
         got, where_x = seen["got"], _short(seen["x_device"])
-        problem = _not_a_tensor(got, "run_where(x, fn) should return fn(x), which")
+        problem = _not_a_tensor(got, tr("run_where(x, fn) should return fn(x), which"))
         if problem:
             raise Fail(problem)
         if _short(got["device"]) != where_x:
-            raise Fail(f"x lives on {where_x} but the result was computed on {_short(got['device'])}; without "
-                       "tf.device TensorFlow does not follow your data, it copies it to the default device")
+            raise Fail(tr("x lives on {where_x} but the result was computed on {where}; without tf.device "
+                          "TensorFlow does not follow your data, it copies it to the default device", where_x=where_x,
+                          where=_short(got["device"])))
         want = sum(case["values"]) * case["scale"]
         if not _close(got["value"], want):
-            raise Fail(f"run_where(x, fn) should return fn(x) = {want:.5f} (x of shape {case['shape']}), "
-                       f"got {got['value']!r}")
+            raise Fail(tr("run_where(x, fn) should return fn(x) = {want:.5f} (x of shape {shape}), got {got}",
+                          want=want, shape=case["shape"], got=repr(got["value"])))
 
 
 # --------------------------------------------------------------------------- q3
@@ -211,53 +215,57 @@ class q3:
         if "missing" in case:
             if "raised" not in seen:
                 got = seen["value"]
-                where = _short(got["device"]) if got["is_tensor"] else f"a {got['type']}"
-                raise Fail(f"{call} should raise ValueError ({name} does not exist), but it returned a result on "
-                           f"{where}: soft placement was still on (turn it off with "
-                           "tf.config.set_soft_device_placement(False))")
-            expect_raised(seen, call, f"{name} does not exist: turn TensorFlow's InvalidArgumentError into a "
-                                      "ValueError")
+                where = _short(got["device"]) if got["is_tensor"] else tr("a {kind}", kind=got["type"])
+                raise Fail(tr("{call} should raise ValueError ({name} does not exist), but it returned a result on "
+                              "{where}: soft placement was still on (turn it off with "
+                              "tf.config.set_soft_device_placement(False))", call=call, name=name, where=where))
+            expect_raised(seen, call, tr("{name} does not exist: turn TensorFlow's InvalidArgumentError into a "
+                                         "ValueError", name=name))
             if _short(name) not in seen["message"] and name not in seen["message"]:
-                raise Fail(f"the ValueError for {name!r} should name that device, it says: {seen['message']}")
+                raise Fail(tr("the ValueError for {name} should name that device, it says: {message}",
+                              name=repr(name), message=seen["message"]))
         else:
             if "raised" in seen:
-                raise Fail(f"{call} raised {seen['raised']} although {name} exists: {seen['message']}")
+                raise Fail(tr("{call} raised {raised} although {name} exists: {message}", call=call,
+                              raised=seen["raised"], name=name, message=seen["message"]))
             calls = seen["calls"]
             if len(calls) != 1:
-                raise Fail(f"{call} should call fn() exactly once, with soft placement off; it called it "
-                           f"{len(calls)} time(s)")
+                raise Fail(tr("{call} should call fn() exactly once, with soft placement off; it called it "
+                              "{n} time(s)", call=call, n=len(calls)))
             setting, runtime = calls[0]
             if setting and not runtime:
-                raise Fail(f"during fn() tf.config.get_soft_device_placement() said True while the runtime had soft "
-                           "placement off: that is what tf.debugging.set_log_device_placement(False) does after the "
-                           "first op (a TF 2.21 bug). Turn soft placement off with "
-                           "tf.config.set_soft_device_placement(False)")
+                raise Fail(tr("during fn() tf.config.get_soft_device_placement() said True while the runtime had "
+                              "soft placement off: that is what tf.debugging.set_log_device_placement(False) does "
+                              "after the first op (a TF 2.21 bug). Turn soft placement off with "
+                              "tf.config.set_soft_device_placement(False)"))
             if setting:
-                raise Fail(f"soft placement was still on while {call} ran fn(): turn it off with "
-                           "tf.config.set_soft_device_placement(False) first")
+                raise Fail(tr("soft placement was still on while {call} ran fn(): turn it off with "
+                              "tf.config.set_soft_device_placement(False) first", call=call))
             got = seen["value"]
-            problem = _not_a_tensor(got, f"{call} should return fn(), which")
+            problem = _not_a_tensor(got, tr("{call} should return fn(), which", call=call))
             if problem:
                 raise Fail(problem)
             if _short(got["device"]) != _short(name):
-                raise Fail(f"{call} should return fn() computed on {_short(name)}, got {_short(got['device'])}")
+                raise Fail(tr("{call} should return fn() computed on {want}, got {got}", call=call, want=_short(name),
+                              got=_short(got["device"])))
             if got["value"] != [[float(case["k"])] * case["k"]] * case["k"]:
-                raise Fail(f"{call} should return fn()'s result, got {got['value']!r}")
+                raise Fail(tr("{call} should return fn()'s result, got {got}", call=call, got=repr(got["value"])))
         after = seen["soft_after"]
         if after != before:
-            said = f"soft placement was {before} before {call} and {after} after"
+            said = tr("soft placement was {before} before {call} and {after} after", before=before, call=call,
+                      after=after)
             if after:
-                raise Fail(f"{said}: put back the value you read with tf.config.get_soft_device_placement() "
-                           "before the call, not True")
+                raise Fail(tr("{said}: put back the value you read with tf.config.get_soft_device_placement() "
+                              "before the call, not True", said=said))
             if "missing" in case:
-                raise Fail(f"{said} TensorFlow raised: restore it in a finally block, so that it is restored even "
-                           "when the call fails")
-            raise Fail(f"{said}: restore the previous setting (read it with tf.config.get_soft_device_placement() "
-                       "first)")
+                raise Fail(tr("{said} TensorFlow raised: restore it in a finally block, so that it is restored even "
+                              "when the call fails", said=said))
+            raise Fail(tr("{said}: restore the previous setting (read it with tf.config.get_soft_device_placement() "
+                          "first)", said=said))
         if seen["soft_after"] and not seen["runtime_after"]:
-            raise Fail(f"after {call} tf.config.get_soft_device_placement() says True but the runtime's soft "
-                       "placement is off: do not call tf.debugging.set_log_device_placement(False) (in TF 2.21 it "
-                       "switches soft placement off); use tf.config.set_soft_device_placement")
+            raise Fail(tr("after {call} tf.config.get_soft_device_placement() says True but the runtime's soft "
+                          "placement is off: do not call tf.debugging.set_log_device_placement(False) (in TF 2.21 it "
+                          "switches soft placement off); use tf.config.set_soft_device_placement", call=call))
 
 
 # --------------------------------------------------------------------------- q4
@@ -301,33 +309,38 @@ class q4:
     def judge(case, seen):
         devs, reduce_on = seen["devs"], seen["reduce_on"]
         if "total" not in seen:
-            raise Fail(f"replicate_and_sum should return a pair (partials, total), got a {seen['returned']}")
+            raise Fail(tr("replicate_and_sum should return a pair (partials, total), got a {kind}",
+                          kind=seen["returned"]))
         partials = seen["partials"]
         if partials is None:
-            raise Fail("the first element of the pair should be the list of partial results")
+            raise Fail(tr("the first element of the pair should be the list of partial results"))
         if len(partials) != len(devs):
-            raise Fail(f"for devices {devs} expected {len(devs)} partial results, got {len(partials)}")
+            raise Fail(tr("for devices {devs} expected {want} partial results, got {got}", devs=devs, want=len(devs),
+                          got=len(partials)))
         if sorted(map(str, seen["called"])) != sorted(map(str, range(len(devs)))):
-            raise Fail(f"for {len(devs)} devices fn should be called with 0 .. {len(devs) - 1}, one call each; "
-                       f"it was called with {seen['called']}")
+            raise Fail(tr("for {n} devices fn should be called with 0 .. {last}, one call each; it was called with "
+                          "{called}", n=len(devs), last=len(devs) - 1, called=seen["called"]))
         for i, (p, d) in enumerate(zip(partials, devs)):
-            problem = _not_a_tensor(p, f"partial result {i}")
+            problem = _not_a_tensor(p, tr("partial result {i}", i=i))
             if problem:
                 raise Fail(problem)
             if _short(p["device"]) != _short(d):
-                raise Fail(f"partial result {i} should be computed on {_short(d)} (devices={devs}), it is on "
-                           f"{_short(p['device'])}: run fn(i) under tf.device(devices[i])")
+                raise Fail(tr("partial result {i} should be computed on {want} (devices={devs}), it is on {got}: "
+                              "run fn(i) under tf.device(devices[i])", i=i, want=_short(d), devs=devs,
+                              got=_short(p["device"])))
             if not _close(p["value"][0], case["base"] + 3.0 * i, 1e-5):
-                raise Fail(f"partial result {i} should be fn({i}), got {p['value']!r}")
+                raise Fail(tr("partial result {i} should be fn({i}), got {got}", i=i, got=repr(p["value"])))
         total = seen["total"]
-        problem = _not_a_tensor(total, "the total")
+        problem = _not_a_tensor(total, tr("the total"))
         if problem:
             raise Fail(problem)
         if _short(total["device"]) != _short(reduce_on):
-            raise Fail(f"the sum should be computed on {_short(reduce_on)} (reduce_on={reduce_on!r}), it is on "
-                       f"{_short(total['device'])}: call tf.add_n under tf.device(reduce_on)")
+            raise Fail(tr("the sum should be computed on {want} (reduce_on={reduce_on}), it is on {got}: call "
+                          "tf.add_n under tf.device(reduce_on)", want=_short(reduce_on), reduce_on=repr(reduce_on),
+                          got=_short(total["device"])))
         want = sum(case["base"] + 3.0 * i for i in range(len(devs)))
         size = case["size"]
         if total["shape"] != [size] or not all(_close(v, want) for v in total["value"]):
-            raise Fail(f"the total of {len(devs)} replicas should be {want:.4f} in every element (shape "
-                       f"({size},), what tf.add_n gives), got {total['value']!r} of shape {tuple(total['shape'])}")
+            raise Fail(tr("the total of {n} replicas should be {want:.4f} in every element (shape ({size},), what "
+                          "tf.add_n gives), got {got} of shape {shape}", n=len(devs), want=want, size=size,
+                          got=repr(total["value"]), shape=tuple(total["shape"])))

@@ -9,6 +9,7 @@ a real ``keras.optimizers.LossScaleOptimizer`` (q2), a float32 reference model
 (q3), or private reference functions here (q4). Graded on dtypes and
 loss-scale behaviour, never on speed. Every observation that touches Keras's
 global dtype policy restores whatever policy was set before.
+Every message goes through ``tr`` (the zh_CN catalogue, ``grading/locale/zh_CN.po``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import math
 
-from gpucourse.grading.items import Fail, expect_raised, item, outcome
+from gpucourse.grading.items import Fail, expect_raised, item, outcome, tr
 
 FP16_MAX = 65504.0  # (2 - 2**-10) * 2**15: float16's largest finite value
 
@@ -81,38 +82,43 @@ class q1:
 
     def judge(case, seen):
         policy, before = case["policy"], case["before"]
-        call = (f"build_mixed_classifier({case['in_dim']}, {case['n_classes']}, {policy!r}) with the global "
-                f"policy {before!r}")
+        call = tr("{fn} with the global policy {before}",
+                  fn=f"build_mixed_classifier({case['in_dim']}, {case['n_classes']}, {policy!r})", before=repr(before))
         if seen["after"] != before:
-            raise Fail(f"{call} left the global policy at {seen['after']!r}; it must restore {before!r}. Use "
-                       "try/finally (or precision.policy_scope), or pass dtype=policy to the layers instead")
+            raise Fail(tr("{call} left the global policy at {after}; it must restore {before}. Use "
+                          "try/finally (or precision.policy_scope), or pass dtype=policy to the layers instead",
+                          call=call, after=repr(seen["after"]), before=repr(before)))
         if not seen["is_model"]:
-            raise Fail(f"{call} should return a keras.Model (keras.Model(inputs, outputs)), got a {seen['type']}")
+            raise Fail(tr("{call} should return a keras.Model (keras.Model(inputs, outputs)), got a {kind}",
+                          call=call, kind=seen["type"]))
         dense = seen["dense"]
         if len(dense) < 2:
-            raise Fail(f"{call}: expected two Dense layers (the hidden Dense(32) and the output Dense(n_classes)), "
-                       f"found {len(dense)}")
+            raise Fail(tr("{call}: expected two Dense layers (the hidden Dense(32) and the output Dense(n_classes)), "
+                          "found {n}", call=call, n=len(dense)))
         wrong = [(name, dtype) for name, dtype in dense if dtype != _COMPUTE[policy]]
         if wrong:
-            raise Fail(f"{call}: every Dense layer (hidden and output) should compute in {_COMPUTE[policy]}, got "
-                       f"{wrong}. Pass dtype=policy to each Dense; only the final softmax needs float32: a separate "
-                       "Activation('softmax', dtype='float32')")
+            raise Fail(tr("{call}: every Dense layer (hidden and output) should compute in {dtype}, got {wrong}. "
+                          "Pass dtype=policy to each Dense; only the final softmax needs float32: a separate "
+                          "Activation('softmax', dtype='float32')", call=call, dtype=_COMPUTE[policy], wrong=wrong))
         stored = [d for d in seen["weights"] if d != "float32"]
         if stored:
-            raise Fail(f"{call}: every weight should be stored in float32, found {stored}. Use the 'mixed_...' "
-                       "policy (float32 variables, 16-bit compute), not plain 'float16'/'bfloat16'")
+            raise Fail(tr("{call}: every weight should be stored in float32, found {stored}. Use the 'mixed_...' "
+                          "policy (float32 variables, 16-bit compute), not plain 'float16'/'bfloat16'", call=call,
+                          stored=stored))
         if seen["out_dtype"] != "float32":
-            raise Fail(f"{call}: the model's output should be float32, got {seen['out_dtype']}. Give the last "
-                       "layer dtype='float32', e.g. keras.layers.Activation('softmax', dtype='float32')")
+            raise Fail(tr("{call}: the model's output should be float32, got {dtype}. Give the last "
+                          "layer dtype='float32', e.g. keras.layers.Activation('softmax', dtype='float32')", call=call,
+                          dtype=seen["out_dtype"]))
         out = seen["out"]
         shape = (len(out), len(out[0]) if out and isinstance(out[0], list) else 0)
         if shape != (5, case["n_classes"]):
-            raise Fail(f"{call}: for 5 examples expected output shape (5, {case['n_classes']}), got {shape}. "
-                       "The output Dense needs n_classes units")
+            raise Fail(tr("{call}: for 5 examples expected output shape (5, {n_classes}), got {shape}. "
+                          "The output Dense needs n_classes units", call=call, n_classes=case["n_classes"],
+                          shape=shape))
         sums = [sum(row) for row in out]
         if any(abs(s - 1) > 1e-3 for s in sums) or any(v < 0 for row in out for v in row):
-            raise Fail(f"{call}: each output row should be softmax probabilities summing to 1, got row sums "
-                       f"{[round(s, 4) for s in sums]}. End with a softmax")
+            raise Fail(tr("{call}: each output row should be softmax probabilities summing to 1, got row sums "
+                          "{sums}. End with a softmax", call=call, sums=[round(s, 4) for s in sums]))
 
 
 # --------------------------------------------------------------------------- q2
@@ -155,13 +161,14 @@ def _mistaken_rule(kind):
     return rule
 
 
-_HINTS = {
-    "applies_on_overflow": "a step with non-finite gradients must be skipped: return apply_update=False for it",
-    "no_reset_on_overflow": "an overflow must also reset good_steps to 0 (the growth count starts again)",
-    "no_halving": "an overflow must halve the scale (scale / 2), not keep it",
-    "one_step_late": "the scale doubles ON the growth_steps-th finite step in a row, i.e. when good_steps + 1 == "
-                     "growth_steps, not one step later",
-    "no_reset_on_growth": "when the scale doubles, reset good_steps to 0",
+_HINTS = {  # each a function, so that the hint is in the learner's language when it is shown
+    "applies_on_overflow": lambda: tr("a step with non-finite gradients must be skipped: return apply_update=False "
+                                      "for it"),
+    "no_reset_on_overflow": lambda: tr("an overflow must also reset good_steps to 0 (the growth count starts again)"),
+    "no_halving": lambda: tr("an overflow must halve the scale (scale / 2), not keep it"),
+    "one_step_late": lambda: tr("the scale doubles ON the growth_steps-th finite step in a row, i.e. when "
+                                "good_steps + 1 == growth_steps, not one step later"),
+    "no_reset_on_growth": lambda: tr("when the scale doubles, reset good_steps to 0"),
 }
 
 
@@ -207,18 +214,21 @@ class q2:
         scale, good = initial, 0
         for i, (ok, step, (want_scale, want_applied)) in enumerate(zip(flags, seen["steps"], want), 1):
             if "bad" in step:
-                raise Fail(f"next_loss_scale should return a tuple (new_scale, new_good_steps, apply_update), got "
-                           f"{step['bad']} (a {step['type']})")
+                raise Fail(tr("next_loss_scale should return a tuple (new_scale, new_good_steps, apply_update), got "
+                              "{bad} (a {kind})", bad=step["bad"], kind=step["type"]))
             new_scale, new_good, applied = step["got"]
             got_traj.append([new_scale, new_good, applied])
             if _number(new_scale) != want_scale or bool(applied) != want_applied:
-                hints = [text for kind, text in _HINTS.items()
+                hints = [text() for kind, text in _HINTS.items()
                          if _trajectory(_mistaken_rule(kind), flags[:i], initial, growth) == got_traj]
-                hint = (" Hint: " + " Or: ".join(hints) + ".") if hints else ""
-                raise Fail(f"with initial scale {initial:g}, growth_steps={growth} and finite flags {flags[:i]}: at "
-                           f"step {i} (scale {scale:g}, good_steps {good}, finite={ok}) the real LossScaleOptimizer "
-                           f"gives scale {want_scale:g} and {'applies' if want_applied else 'skips'} the update; "
-                           f"you returned scale {new_scale!r} and apply_update={applied!r}.{hint}")
+                hint = tr(" Hint: {hints}.", hints=tr(" Or: ").join(hints)) if hints else ""
+                raise Fail(tr("with initial scale {initial:g}, growth_steps={growth} and finite flags {flags}: at "
+                              "step {i} (scale {scale:g}, good_steps {good}, finite={ok}) the real LossScaleOptimizer "
+                              "gives scale {want_scale:g} and {action} the update; "
+                              "you returned scale {new_scale} and apply_update={applied}.{hint}", initial=initial,
+                              growth=growth, flags=flags[:i], i=i, scale=scale, good=good, ok=ok,
+                              want_scale=want_scale, action=tr("applies") if want_applied else tr("skips"),
+                              new_scale=repr(new_scale), applied=repr(applied), hint=hint))
             scale, good = new_scale, new_good
 
 
@@ -274,10 +284,12 @@ def _scale_state(opt):
     return float(opt.dynamic_scale.numpy()), int(opt.step_counter.numpy())
 
 
-_BYPASS = ("Call `optimizer.apply_gradients(zip(grads, model.trainable_variables))` on the LossScaleOptimizer you "
-           "were given, with the gradients of `optimizer.scale_loss(loss)`: it divides them by the scale, skips "
-           "the step if any is inf/NaN, and moves the scale. Do not go through `optimizer.inner_optimizer` (or an "
-           "optimizer of your own): that bypasses all three")
+def _bypass() -> str:
+    """The advice for a train_step that went around the LossScaleOptimizer (in the learner's language)."""
+    return tr("Call `optimizer.apply_gradients(zip(grads, model.trainable_variables))` on the LossScaleOptimizer "
+              "you were given, with the gradients of `optimizer.scale_loss(loss)`: it divides them by the scale, "
+              "skips the step if any is inf/NaN, and moves the scale. Do not go through `optimizer.inner_optimizer` "
+              "(or an optimizer of your own): that bypasses all three")
 
 
 @item("q3", points=3, title="train_step scales the loss, applies with the LossScaleOptimizer, skips overflows")
@@ -318,45 +330,50 @@ class q3:
         import numpy as np
 
         initial = case["initial"]
-        setup = (f"a mixed_float16 model ({case['in_dim']} inputs, {case['n_classes']} classes), "
-                 f"LossScaleOptimizer(SGD({case['lr']}), initial_scale={initial:g}) and a batch of 8")
+        setup = tr("a mixed_float16 model ({in_dim} inputs, {n_classes} classes), "
+                   "LossScaleOptimizer(SGD({lr}), initial_scale={initial:g}) and a batch of 8", in_dim=case["in_dim"],
+                   n_classes=case["n_classes"], lr=case["lr"], initial=initial)
         ref_loss, want = _reference_step(case)
         loss = seen["loss"]
         if _number(loss) is None:
             got = loss.get("not_scalar") if isinstance(loss, dict) else repr(loss)
-            raise Fail(f"train_step should return the loss alone, as a scalar (a 0-d tensor or a number), got {got}")
+            raise Fail(tr("train_step should return the loss alone, as a scalar (a 0-d tensor or a number), got "
+                          "{got}", got=got))
         if not np.isclose(loss, ref_loss, rtol=2e-2, atol=1e-3):
-            hint = (" (that is the scaled loss: return the loss from before optimizer.scale_loss)"
+            hint = (tr(" (that is the scaled loss: return the loss from before optimizer.scale_loss)")
                     if np.isclose(loss, ref_loss * initial, rtol=2e-2) else "")
-            raise Fail(f"with {setup}: train_step returned loss {loss:.5g}, expected the unscaled loss "
-                       f"{ref_loss:.5g}{hint}")
+            raise Fail(tr("with {setup}: train_step returned loss {loss:.5g}, expected the unscaled loss "
+                          "{ref_loss:.5g}{hint}", setup=setup, loss=loss, ref_loss=ref_loss, hint=hint))
         delta = _flat(case["weights"]) - _flat(seen["after1"])
         ratio = float(np.dot(delta, want) / np.dot(want, want)) if np.all(np.isfinite(delta)) else math.nan
         if not (0.9 < ratio < 1.1) or np.linalg.norm(delta - want) > 0.1 * np.linalg.norm(want):
             if math.isclose(ratio, initial, rel_tol=0.1):
-                raise Fail(f"with {setup}: the weight update is {initial:g} times (the loss scale) the correct SGD "
-                           f"step: the scaled gradients reached the weights without being divided. {_BYPASS}")
+                raise Fail(tr("with {setup}: the weight update is {initial:g} times (the loss scale) the correct "
+                              "SGD step: the scaled gradients reached the weights without being divided. {bypass}",
+                              setup=setup, initial=initial, bypass=_bypass()))
             if math.isclose(ratio, 1 / initial, rel_tol=0.1):
-                raise Fail(f"with {setup}: the weight update is 1/{initial:g} of the correct SGD step: the "
-                           "gradients were divided by the scale without having been multiplied by it (or were "
-                           "divided twice). Differentiate "
-                           "optimizer.scale_loss(loss) and pass those gradients, unchanged, to the "
-                           "LossScaleOptimizer's apply_gradients (it divides by the scale itself)")
-            raise Fail(f"with {setup}: the weight update is {ratio:.3g} times the correct SGD step. Differentiate "
-                       "optimizer.scale_loss(loss) and pass those gradients, unchanged, to the LossScaleOptimizer's "
-                       "apply_gradients")
+                raise Fail(tr("with {setup}: the weight update is 1/{initial:g} of the correct SGD step: the "
+                              "gradients were divided by the scale without having been multiplied by it (or were "
+                              "divided twice). Differentiate "
+                              "optimizer.scale_loss(loss) and pass those gradients, unchanged, to the "
+                              "LossScaleOptimizer's apply_gradients (it divides by the scale itself)", setup=setup,
+                              initial=initial))
+            raise Fail(tr("with {setup}: the weight update is {ratio:.3g} times the correct SGD step. Differentiate "
+                          "optimizer.scale_loss(loss) and pass those gradients, unchanged, to the LossScaleOptimizer's "
+                          "apply_gradients", setup=setup, ratio=ratio))
         if seen["counter1"] != 1 or seen["scale1"] != initial:
-            raise Fail(f"with {setup}: the weights moved correctly, but the LossScaleOptimizer did not count the "
-                       f"step (its step counter is {seen['counter1']}, its scale {seen['scale1']:g}). {_BYPASS}")
+            raise Fail(tr("with {setup}: the weights moved correctly, but the LossScaleOptimizer did not count the "
+                          "step (its step counter is {counter}, its scale {scale:g}). {bypass}", setup=setup,
+                          counter=seen["counter1"], scale=seen["scale1"], bypass=_bypass()))
         changed = not np.array_equal(_flat(seen["after1"]), _flat(seen["after2"]), equal_nan=True)
         if changed:
-            raise Fail(f"with {setup}: a batch of inputs around 1e6 (inf in float16) must not change the weights, "
-                       f"but they changed. {_BYPASS}")
+            raise Fail(tr("with {setup}: a batch of inputs around 1e6 (inf in float16) must not change the weights, "
+                          "but they changed. {bypass}", setup=setup, bypass=_bypass()))
         if seen["scale2"] != initial / 2:
-            raise Fail(f"with {setup}: after the overflowing batch the scale should halve to {initial / 2:g}, got "
-                       f"{seen['scale2']:g}. Pass the gradients to apply_gradients as they are, inf and NaN "
-                       "included (no tf.where, clipping or zeroing): the LossScaleOptimizer needs to see them to "
-                       "skip the step and lower the scale")
+            raise Fail(tr("with {setup}: after the overflowing batch the scale should halve to {half:g}, got "
+                          "{got:g}. Pass the gradients to apply_gradients as they are, inf and NaN "
+                          "included (no tf.where, clipping or zeroing): the LossScaleOptimizer needs to see them to "
+                          "skip the step and lower the scale", setup=setup, half=initial / 2, got=seen["scale2"]))
 
 
 # --------------------------------------------------------------------------- q4
@@ -410,34 +427,37 @@ class q4:
         return outcome(lambda: fn(grads))
 
     def judge(case, seen):
-        shown = [g if len(list(_flatten(g))) <= 4 else f"array with max|g|={max(abs(v) for v in _flatten(g)):.4g}"
+        shown = [g if len(list(_flatten(g))) <= 4 else tr("array with max|g|={peak:.4g}",
+                                                          peak=max(abs(v) for v in _flatten(g)))
                  for g in case["grads"]]
         if case.get("zeros"):
             return expect_raised(seen, "max_safe_scale of all-zero gradients", "every scale is safe")
         if "raised" in seen:
-            raise Fail(f"max_safe_scale({shown}) raised {seen['raised']}: {seen.get('message', '')}")
+            raise Fail(tr("max_safe_scale({shown}) raised {raised}: {message}", shown=shown, raised=seen["raised"],
+                          message=seen.get("message", "")))
         got = seen["value"]
         want = _safe_scale(case["grads"])
         if _number(got) is None:
-            raise Fail(f"max_safe_scale({shown}) should return a number (a power of two), got {got!r}")
+            raise Fail(tr("max_safe_scale({shown}) should return a number (a power of two), got {got}", shown=shown,
+                          got=repr(got)))
         got = float(got)
         if got == want:
             return
         hints = []  # every classic mistake that explains this answer (a random case can fit two)
         if got in (_safe_scale(case["grads"], 65535.0), _safe_scale(case["grads"], 65536.0)):
-            hints.append("float16's largest finite value is 65504 = (2 - 2**-10) * 2**15, not 65535 (the largest "
-                         "16-bit integer) or 2**16: use 65504 (np.finfo(np.float16).max)")
+            hints.append(tr("float16's largest finite value is 65504 = (2 - 2**-10) * 2**15, not 65535 (the "
+                            "largest 16-bit integer) or 2**16: use 65504 (np.finfo(np.float16).max)"))
         elif got == 2 * want:
-            hints.append("that scale makes max|g| * scale exceed 65504 (round log2 down, not up)")
+            hints.append(tr("that scale makes max|g| * scale exceed 65504 (round log2 down, not up)"))
         if got == _safe_scale(case["grads"], absolute=False):
-            hints.append("use the largest *absolute* value: a gradient of -1e6 overflows as surely as +1e6")
+            hints.append(tr("use the largest *absolute* value: a gradient of -1e6 overflows as surely as +1e6"))
         if got <= 0 or not math.log2(got).is_integer():
-            hints.append("return a power of two, 2**k (k may be negative)")
+            hints.append(tr("return a power of two, 2**k (k may be negative)"))
         if got == want / 2:
-            hints.append("a scale twice as large still fits: max|g| * scale may equal 65504 exactly")
-        hint = (" Hint: " + " Or: ".join(hints) + ".") if hints else ""
-        raise Fail(f"max_safe_scale({shown}) should be {want:g} (the largest power of two with max|g| * scale <= "
-                   f"{FP16_MAX:g}), got {got:g}.{hint}")
+            hints.append(tr("a scale twice as large still fits: max|g| * scale may equal 65504 exactly"))
+        hint = tr(" Hint: {hints}.", hints=tr(" Or: ").join(hints)) if hints else ""
+        raise Fail(tr("max_safe_scale({shown}) should be {want:g} (the largest power of two with max|g| * scale <= "
+                      "{limit:g}), got {got:g}.{hint}", shown=shown, want=want, limit=FP16_MAX, got=got, hint=hint))
 
 
 # --------------------------------------------------------------------------- q5
@@ -486,40 +506,45 @@ class q5:
         if "raised" in seen:
             msg = seen.get("message", "")
             if "dynamic_growth" in msg:
-                raise Fail(f"{call} raised {seen['raised']}: `dynamic_growth=True` is the Keras 2 / TF1 argument. "
-                           "Keras 3's LossScaleOptimizer is always dynamic: LossScaleOptimizer(inner, "
-                           "initial_scale=scale, dynamic_growth_steps=growth_steps)")
+                raise Fail(tr("{call} raised {raised}: `dynamic_growth=True` is the Keras 2 / TF1 argument. "
+                              "Keras 3's LossScaleOptimizer is always dynamic: LossScaleOptimizer(inner, "
+                              "initial_scale=scale, dynamic_growth_steps=growth_steps)", call=call,
+                              raised=seen["raised"]))
             if "dynamic" in msg:
-                raise Fail(f"{call} raised {seen['raised']}: Keras 3's LossScaleOptimizer has no fixed mode "
-                           "(dynamic=False). For a fixed scale, set loss_scale_factor=scale on the plain optimizer "
-                           "and return it")
-            raise Fail(f"{call} raised {seen['raised']}: {msg}")
+                raise Fail(tr("{call} raised {raised}: Keras 3's LossScaleOptimizer has no fixed mode "
+                              "(dynamic=False). For a fixed scale, set loss_scale_factor=scale on the plain optimizer "
+                              "and return it", call=call, raised=seen["raised"]))
+            raise Fail(tr("{call} raised {raised}: {message}", call=call, raised=seen["raised"], message=msg))
         got = seen["value"]
         if not got.get("is_optimizer"):
-            raise Fail(f"{call} should return a Keras optimizer, got a {got.get('type')}")
+            raise Fail(tr("{call} should return a Keras optimizer, got a {kind}", call=call, kind=got.get("type")))
         if growth is None:
             if got["is_lso"]:
-                raise Fail(f"{call}: growth_steps=None asks for a fixed scale, but a LossScaleOptimizer moves its "
-                           "scale. Return the plain optimizer with loss_scale_factor=scale (e.g. "
-                           "inner.loss_scale_factor = scale)")
+                raise Fail(tr("{call}: growth_steps=None asks for a fixed scale, but a LossScaleOptimizer moves its "
+                              "scale. Return the plain optimizer with loss_scale_factor=scale (e.g. "
+                              "inner.loss_scale_factor = scale)", call=call))
             if got["scale_loss"] != scale:
-                raise Fail(f"{call}: scale_loss(1.0) should give {scale:g}, got {got['scale_loss']:g}. Set "
-                           "loss_scale_factor=scale on the optimizer")
+                raise Fail(tr("{call}: scale_loss(1.0) should give {scale:g}, got {got:g}. Set "
+                              "loss_scale_factor=scale on the optimizer", call=call, scale=scale,
+                              got=got["scale_loss"]))
             if got["learning_rate"] != lr or got["weights"][0] != -lr:
-                raise Fail(f"{call}: a scaled gradient of {scale:g} (1 unscaled) should move a weight by -{lr:g} "
-                           f"(SGD({lr})), it moved it to {got['weights'][0]:g}. Keep the optimizer you were given "
-                           "(its learning rate) and only add the loss scale factor")
+                raise Fail(tr("{call}: a scaled gradient of {scale:g} (1 unscaled) should move a weight by -{lr:g} "
+                              "(SGD({lr})), it moved it to {moved:g}. Keep the optimizer you were given "
+                              "(its learning rate) and only add the loss scale factor", call=call, scale=scale, lr=lr,
+                              moved=got["weights"][0]))
             return
         if not got["is_lso"]:
-            raise Fail(f"{call}: with growth_steps={growth} the scale must be dynamic: return "
-                       "keras.optimizers.LossScaleOptimizer(inner, initial_scale=scale, "
-                       f"dynamic_growth_steps=growth_steps), not a {got['type']}")
+            raise Fail(tr("{call}: with growth_steps={growth} the scale must be dynamic: return "
+                          "keras.optimizers.LossScaleOptimizer(inner, initial_scale=scale, "
+                          "dynamic_growth_steps=growth_steps), not a {kind}", call=call, growth=growth,
+                          kind=got["type"]))
         if not got["wraps_given"]:
-            raise Fail(f"{call}: wrap the optimizer you were given (LossScaleOptimizer(inner, ...)), not a new one: "
-                       "its learning rate and settings would be lost")
+            raise Fail(tr("{call}: wrap the optimizer you were given (LossScaleOptimizer(inner, ...)), not a new "
+                          "one: its learning rate and settings would be lost", call=call))
         if got["initial_scale"] != scale:
-            raise Fail(f"{call}: the initial scale should be {scale:g}, got {got['initial_scale']:g} (pass "
-                       "initial_scale=scale)")
+            raise Fail(tr("{call}: the initial scale should be {scale:g}, got {got:g} (pass initial_scale=scale)",
+                          call=call, scale=scale, got=got["initial_scale"]))
         if got["growth_steps"] != growth:
-            raise Fail(f"{call}: dynamic_growth_steps should be {growth}, got {got['growth_steps']!r} (pass "
-                       "dynamic_growth_steps=growth_steps)")
+            raise Fail(tr("{call}: dynamic_growth_steps should be {growth}, got {got} (pass "
+                          "dynamic_growth_steps=growth_steps)", call=call, growth=growth,
+                          got=repr(got["growth_steps"])))
