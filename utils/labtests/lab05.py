@@ -431,7 +431,7 @@ class q4:
                                                           peak=max(abs(v) for v in _flatten(g)))
                  for g in case["grads"]]
         if case.get("zeros"):
-            return expect_raised(seen, "max_safe_scale of all-zero gradients", "every scale is safe")
+            return expect_raised(seen, tr("max_safe_scale of all-zero gradients"), "every scale is safe")
         if "raised" in seen:
             raise Fail(tr("max_safe_scale({shown}) raised {raised}: {message}", shown=shown, raised=seen["raised"],
                           message=seen.get("message", "")))
