@@ -2,6 +2,11 @@
 
     python site/build.py [OUT]          # default OUT: _build/site  (what `make site` runs)
 
+Two sites, one per language: the English one at ``OUT`` and the Chinese one at ``OUT/zh-CN`` (from
+``README.zh-CN.md`` and the built editions in ``notebooks/zh-CN``, ``labs/zh-CN``; a topic without an
+edition is linked to its English page, never copied). Every page of both has a language switch: a link
+to the same page in the other language, or to that site's home page where the page has no edition.
+
 Two steps:
 
 1. **Stage** the sources in ``_build/site-src``: the README becomes the home page, and every tutorial
@@ -18,13 +23,17 @@ Two steps:
 
 2. **Build** with Sphinx + MyST-NB (``site/conf.py``): execution off, the book theme, the syllabus as
    navigation, client-side search, math rendered to MathML at build time. Warnings are errors, so a
-   broken internal link fails the build.
+   broken internal link fails the build. The Chinese site is the same configuration with
+   ``language = "zh_CN"``: the theme's labels in Chinese, and Sphinx's Chinese search, which splits
+   the text into words with ``jieba`` (see ``conf.py`` for what happens without it).
 """
 
 from __future__ import annotations
 
 import base64
 import html
+import json
+import posixpath
 import re
 import shutil
 import sys
@@ -50,7 +59,21 @@ WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 README_SKIP = ("Repository layout", "For course authors")
 
 #: Call-outs whose title starts with one of these words are warnings; every other call-out is a note.
-WARNING_TITLES = ("snippet", "outdated", "wrong", "do not", "don't", "never", "trap", "beware", "careful")
+WARNING_TITLES = ("snippet", "outdated", "wrong", "do not", "don't", "never", "trap", "beware", "careful",
+                  "流传", "过时", "错误", "不要", "切勿", "陷阱", "小心", "当心")
+
+#: The site in each language: Sphinx's language, its home page's source, its folder inside the English
+#: site, the label of its switch link, its title and its navigation captions.
+LANGUAGES = {
+    "en": {"sphinx": "en", "readme": "README.md", "folder": "", "label": "English",
+           "title": "TensorFlow GPU acceleration", "captions": ("Tutorials", "Labs")},
+    "zh-CN": {"sphinx": "zh_CN", "readme": "README.zh-CN.md", "folder": "zh-CN", "label": "简体中文",
+              "title": "TensorFlow GPU 加速", "captions": ("教程", "实验")},
+}
+#: Pages Sphinx makes in every site.
+SPECIAL_PAGES = ("index", "search", "genindex")
+#: Where the site's settings for conf.py are written in the staged sources.
+SETTINGS_FILE = "_gpucourse_site.json"
 
 
 # ----------------------------------------------------------------------------------------- call-outs
@@ -241,7 +264,93 @@ def figure_alt(code: str, heading: str) -> str:
     return f"{what} (section “{section}”)" if section else what
 
 
-def stage_notebook(src: Path, dst: Path) -> int:
+def notebooks(lang: str = "en") -> list[tuple[str, Path]]:
+    """(folder, path) of every notebook the site in ``lang`` publishes: the English tutorials and labs, or
+    the editions built in ``notebooks/<lang>`` and ``labs/<lang>``."""
+    if lang not in LANGUAGES:
+        raise ValueError(f"lang must be one of {sorted(LANGUAGES)}, got {lang!r}")
+    sub = LANGUAGES[lang]["folder"]
+    return [(folder, nb) for folder in FOLDERS for nb in sorted((ROOT / folder / sub).glob("[0-9][0-9]_*.ipynb"))]
+
+
+def page_names(lang: str = "en") -> list[str]:
+    """The pages of the site in ``lang`` ('index', 'notebooks/01_device_detection', ...)."""
+    return list(SPECIAL_PAGES) + [f"{folder}/{nb.stem}" for folder, nb in notebooks(lang)]
+
+
+def switch_links(pagename: str, lang: str, pages: dict) -> list[dict]:
+    """The language switch of one page: for every other language, the URL (relative to the page) of the
+    same page in that language, or of that site's home page where the page has no edition.
+
+    ``pages`` maps each language to its page names (:func:`page_names`).
+    """
+    up = "../" * (pagename.count("/") + (1 if LANGUAGES[lang]["folder"] else 0))
+    links = []
+    for other, spec in LANGUAGES.items():
+        if other == lang:
+            continue
+        target = pagename if pagename in pages.get(other, ()) else "index"
+        prefix = f"{spec['folder']}/" if spec["folder"] else ""
+        links.append({"url": f"{up}{prefix}{target}.html", "label": spec["label"], "hreflang": other,
+                      "same_page": target == pagename})
+    return links
+
+
+_MD_LINK = re.compile(r"(?<!!)\[((?:[^\[\]]|\[[^\]]*\])*)\]\(([^)\s]+)\)")
+
+
+def _raw_link(label: str, url: str) -> str:
+    """An HTML link (MyST passes it through): for pages outside this site, which MyST cannot resolve."""
+    text = html.escape(label)
+    text = re.sub(r"`([^`]+)`", r"<code>\1</code>", text)
+    return f'<a href="{html.escape(url)}">{text}</a>'
+
+
+def link_edition(text: str, lang: str, folder: str, editions: set[str]) -> str:
+    """Links of a translated notebook (or home page) for the site in ``lang``.
+
+    A link is read where its source lies (``notebooks/zh-CN/`` for an edition, the repository root for
+    the README). A link to an edition (``notebooks/zh-CN/01_x.ipynb``, or ``09_x.ipynb`` beside it)
+    becomes a link to this site's page; a link to an English notebook (the build of an edition points
+    at ``../06_xla.ipynb`` while 06 has no edition) becomes a link to the English site's page, never a
+    copy. A notebook path in code font becomes a link the same way. ``folder`` is the page's folder
+    ('' for the home page); ``editions`` the notebook pages of this site ('notebooks/01_x', ...).
+    """
+    sub = LANGUAGES[lang]["folder"]
+    here = f"{folder}/{sub}" if folder else ""
+    up = "../" if folder else ""
+
+    def target_of(path: str) -> str | None:
+        """This site's relative link, or the English page's, for a repository path; None if neither."""
+        parts = path.split("/")
+        if len(parts) == 3 and parts[0] in FOLDERS and parts[1] == sub and f"{parts[0]}/{parts[2][:-6]}" in editions:
+            return f"{up}{parts[0]}/{parts[2]}"
+        if len(parts) == 2 and parts[0] in FOLDERS and (ROOT / path).is_file():
+            return "../" * (bool(folder) + 1) + f"{parts[0]}/{parts[1][:-6]}.html"
+        return None
+
+    def link(m: re.Match) -> str:
+        label, target = m[1], m[2]
+        path, _, fragment = target.partition("#")
+        if re.match(r"^[a-z]+:|^#", target) or not path.endswith(".ipynb"):
+            return m[0]
+        url = target_of(posixpath.normpath(posixpath.join(here, path)))
+        if url is None:
+            return m[0]
+        url += f"#{fragment}" if fragment else ""
+        return _raw_link(label, url) if url.endswith(".html") or ".html#" in url else f"[{label}]({url})"
+
+    def code_link(m: re.Match) -> str:
+        url = target_of(m[1])
+        if url is None:
+            return m[0]
+        return _raw_link(f"`{m[1]}`", url) if url.endswith(".html") else f"[`{m[1]}`]({url})"
+
+    text = _MD_LINK.sub(link, text)
+    return re.sub(r"(?<!\[)`((?:notebooks|labs)/(?:[A-Za-z-]+/)?\d\d_[A-Za-z0-9_]+\.ipynb)`(?!\])", code_link, text)
+
+
+def stage_notebook(src: Path, dst: Path, lang: str = "en", editions: set[str] | None = None) -> int:
     """Copy one notebook for the site (see the module docstring); returns the number of widgets made static.
 
     Also drops the test-suite markers (``# NBVAL_CHECK_OUTPUT`` ...) from the first line of code cells:
@@ -252,7 +361,9 @@ def stage_notebook(src: Path, dst: Path) -> int:
     depth, heading = 1, ""
     for cell in nb.cells:
         if cell.cell_type == "markdown":
-            cell.source = link_notebook_paths(convert_callouts(localise_badges(cell.source, depth)), depth)
+            text = convert_callouts(localise_badges(cell.source, depth))
+            cell.source = (link_notebook_paths(text, depth) if lang == "en"
+                           else link_edition(text, lang, dst.parent.name, editions or set()))
             headings = _HEADING.findall(cell.source)
             heading = headings[-1] if headings else heading
         elif cell.cell_type == "code":
@@ -273,31 +384,49 @@ def readme_sections(readme: str) -> list[tuple[str, str]]:
     return sections
 
 
-def home_page(readme: str, repo: str, branch: str) -> str:
-    """The home page: the README for learners, links into the site, the syllabus as navigation."""
+def home_page(readme: str, repo: str, branch: str, lang: str = "en") -> str:
+    """The home page: the README for learners, links into the site, the syllabus as navigation.
+
+    In another language: the README of that language; its links to editions are pages of that site, its
+    links to English notebooks go to the English pages, and the link to another language's README goes
+    to that language's home page.
+    """
     text = "".join(body for title, body in readme_sections(readme) if title not in README_SKIP)
     text = localise_badges(text, 0)
+    sub = LANGUAGES[lang]["folder"]
+    readmes = {spec["readme"]: spec["folder"] for other, spec in LANGUAGES.items() if other != lang}
 
     def link(m: re.Match) -> str:
         label, target = m[1], m[2]
         if re.match(r"^[a-z]+://|^#|^mailto:", target) or target.startswith("_badges/"):
             return m[0]
         path = target.split("#")[0]
+        if path in readmes and path == target:  # the README in another language: that site's home page
+            home = (f"{readmes[path]}/" if readmes[path] else "") + "index.html"
+            return _raw_link(label, ("../" if sub else "") + home)
         if path.endswith(".ipynb") and path.split("/")[0] in FOLDERS:
-            return m[0]  # a page of this site
+            return m[0]  # a page of this site (another language's site: link_edition below)
         return f"[{label}]({REPO_URL.format(repo=repo, branch=branch, path=target)})"
 
     text = re.sub(r"(?<!!)\[([^\]]*)\]\(([^)\s]+)\)", link, text)
+    if lang != "en":
+        text = link_edition(text, lang, "", {p for p in page_names(lang) if "/" in p})
     nav = []
-    for caption, folder in (("Tutorials", "notebooks"), ("Labs", "labs")):
-        pages = sorted(p.stem for p in (ROOT / folder).glob("[0-9][0-9]_*.ipynb"))
+    for caption, folder in zip(LANGUAGES[lang]["captions"], FOLDERS):
+        pages = sorted(p.stem for p in (ROOT / folder / sub).glob("[0-9][0-9]_*.ipynb"))
         nav.append(f":::{{toctree}}\n:caption: {caption}\n:hidden:\n:maxdepth: 1\n\n"
                    + "\n".join(f"{folder}/{p}" for p in pages) + "\n:::\n")
     return text.rstrip() + "\n\n" + "\n".join(nav)
 
 
-def stage(dst: Path) -> dict:
-    """Write the site's sources into ``dst`` (emptied first). Returns {'pages': [...], 'widgets': n}."""
+def stage(dst: Path, lang: str = "en") -> dict:
+    """Write the sources of the site in ``lang`` into ``dst`` (emptied first).
+
+    Returns {'pages': [...], 'widgets': n}. Also writes :data:`SETTINGS_FILE` for conf.py: the language,
+    the repository folder of the notebooks (for the launch buttons) and every page's switch links.
+    """
+    notebooks(lang)  # a language without a site: ValueError naming the ones there are
+    spec = LANGUAGES[lang]
     if dst.exists():
         shutil.rmtree(dst)
     dst.mkdir(parents=True)
@@ -305,26 +434,35 @@ def stage(dst: Path) -> dict:
     for local in BADGES.values():
         shutil.copy(SITE / "badges" / local, dst / "_badges" / local)
     repo, branch = _repo_and_branch()
-    (dst / "index.md").write_text(home_page((ROOT / "README.md").read_text(encoding="utf-8"), repo, branch),
-                                  encoding="utf-8")
+    readme = (ROOT / spec["readme"]).read_text(encoding="utf-8")
+    (dst / "index.md").write_text(home_page(readme, repo, branch, lang), encoding="utf-8")
+    editions = {p for p in page_names(lang) if "/" in p}
     pages, widgets = ["index"], 0
-    for folder in FOLDERS:
-        for nb in sorted((ROOT / folder).glob("[0-9][0-9]_*.ipynb")):
-            widgets += stage_notebook(nb, dst / folder / nb.name)
-            pages.append(f"{folder}/{nb.stem}")
+    for folder, nb in notebooks(lang):
+        widgets += stage_notebook(nb, dst / folder / nb.name, lang, editions)
+        pages.append(f"{folder}/{nb.stem}")
+    every = {other: page_names(other) for other in LANGUAGES}
+    settings = {"language": lang, "repo_folder": spec["folder"],
+                "switch": {page: switch_links(page, lang, every) for page in every[lang]}}
+    (dst / SETTINGS_FILE).write_text(json.dumps(settings, ensure_ascii=False, indent=1), encoding="utf-8")
     return {"pages": pages, "widgets": widgets}
 
 
-def build(out: Path = DEFAULT_OUT, quiet: bool = True) -> Path:
-    """Stage and build the site into ``out``; returns the path of the home page. Raises on any warning."""
+def build_one(out: Path, lang: str = "en", quiet: bool = True) -> Path:
+    """Stage and build the site in ``lang`` into ``out`` (emptied first); returns its home page."""
     from sphinx.cmd.build import build_main
 
     out = Path(out).resolve()
-    src = out.parent / (out.name + "-src")
-    stage(src)
+    # beside the English site's folder (a language's site lies inside it): _build/site-src, _build/site-src-zh-CN
+    base = out if lang == "en" else out.parent
+    src = base.parent / f"{base.name}-src{'' if lang == 'en' else '-' + lang}"
+    doctrees = base.parent / f"{base.name}-doctrees{'' if lang == 'en' else '-' + lang}"
+    stage(src, lang)
     if out.exists():
         shutil.rmtree(out)
-    args = ["-b", "html", "-c", str(SITE), "-W", "--keep-going", "-E", "-d", str(out.parent / (out.name + "-doctrees")),
+    spec = LANGUAGES[lang]
+    args = ["-b", "html", "-c", str(SITE), "-W", "--keep-going", "-E", "-d", str(doctrees),
+            "-D", f"language={spec['sphinx']}", "-D", f"html_title={spec['title']}", "-D", f"project={spec['title']}",
             str(src), str(out)]
     if quiet:
         args.insert(0, "-q")
@@ -333,14 +471,26 @@ def build(out: Path = DEFAULT_OUT, quiet: bool = True) -> Path:
         warnings.simplefilter("ignore", DeprecationWarning)
         code = build_main(args)
     if code:
-        raise SystemExit(f"the site build failed (exit {code}); see the warnings above")
-    for folder in FOLDERS:  # the download button gives the notebook itself, not the staged copy
-        for nb in sorted((ROOT / folder).glob("[0-9][0-9]_*.ipynb")):
-            shutil.copy(nb, out / "_sources" / folder / nb.name)
+        raise SystemExit(f"the {lang} site build failed (exit {code}); see the warnings above")
+    for folder, nb in notebooks(lang):  # the download button gives the notebook itself, not the staged copy
+        shutil.copy(nb, out / "_sources" / folder / nb.name)
     return out / "index.html"
+
+
+def build(out: Path = DEFAULT_OUT, quiet: bool = True, languages=tuple(LANGUAGES)) -> Path:
+    """Build the English site into ``out`` and every other language's into ``out/<folder>``; returns the
+    English home page. Raises on any warning."""
+    out = Path(out).resolve()
+    index = out / "index.html"
+    for lang in ("en",) + tuple(lang for lang in languages if lang != "en"):
+        folder = LANGUAGES[lang]["folder"]
+        home = build_one(out / folder if folder else out, lang, quiet)
+        index = home if lang == "en" else index
+    return index
 
 
 if __name__ == "__main__":
     target = Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_OUT
     index = build(target, quiet=False)
-    print(f"site built: {index}  (open it in a browser, or: python -m http.server -d {index.parent})")
+    zh = index.parent / LANGUAGES["zh-CN"]["folder"] / "index.html"
+    print(f"site built: {index} and {zh}  (open it in a browser, or: python -m http.server -d {index.parent})")

@@ -7,6 +7,10 @@
   call-outs are there; the search index knows the course's words.
 * The browser test opens the home page and one tutorial from a loopback server, with every request
   that leaves loopback blocked and recorded, and uses the search page.
+* The Chinese site (``zh-CN/`` inside the English one, same build): a page for every built edition and
+  none for a topic without one (the English page is linked instead), a language switch on every page
+  of both sites that resolves to the same page in the other language, Chinese words in its search
+  index, and in a browser the switch and a Chinese search.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
 TUTORIALS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 LABS = sorted((ROOT / "labs").glob("[0-9][0-9]_*.ipynb"))
+ZH_EDITIONS = sorted((ROOT / "notebooks" / "zh-CN").glob("[0-9][0-9]_*.ipynb")) + \
+    sorted((ROOT / "labs" / "zh-CN").glob("[0-9][0-9]_*.ipynb"))
 
 
 def _load_builder():
@@ -120,6 +126,53 @@ def test_home_page_keeps_notebook_links_and_points_files_at_the_repository():
     for nb in TUTORIALS:
         assert f"notebooks/{nb.stem}\n" in page or f"notebooks/{nb.stem}:::" in page
     assert "solutions/" not in page
+
+
+def test_the_switch_links_the_same_page_in_the_other_language_or_its_home_page():
+    pages = {"en": ["index", "search", "genindex", "notebooks/01_a", "notebooks/02_b", "labs/01_a"],
+             "zh-CN": ["index", "search", "genindex", "notebooks/01_a", "labs/01_a"]}
+    assert site.switch_links("notebooks/01_a", "en", pages) == [
+        {"url": "../zh-CN/notebooks/01_a.html", "label": "简体中文", "hreflang": "zh-CN", "same_page": True}]
+    assert site.switch_links("notebooks/02_b", "en", pages)[0]["url"] == "../zh-CN/index.html"
+    assert site.switch_links("index", "en", pages)[0]["url"] == "zh-CN/index.html"
+    assert site.switch_links("labs/01_a", "zh-CN", pages) == [
+        {"url": "../../labs/01_a.html", "label": "English", "hreflang": "en", "same_page": True}]
+    assert site.switch_links("search", "zh-CN", pages)[0]["url"] == "../search.html"
+
+
+def test_an_edition_links_editions_on_its_site_and_english_notebooks_on_the_english_site():
+    editions = {"notebooks/01_device_detection", "labs/01_device_detection"}
+    md = ("See [06](../06_xla.ipynb#fusion), [01](01_device_detection.ipynb), the lab "
+          "`labs/zh-CN/01_device_detection.ipynb`, its English `labs/01_device_detection.ipynb` and "
+          "[site](https://example.org/x.ipynb).")
+    out = site.link_edition(md, "zh-CN", "notebooks", editions)
+    assert '<a href="../../notebooks/06_xla.html#fusion">06</a>' in out
+    assert "[01](../notebooks/01_device_detection.ipynb)" in out
+    assert "[`labs/zh-CN/01_device_detection.ipynb`](../labs/01_device_detection.ipynb)" in out
+    assert '<a href="../../labs/01_device_detection.html"><code>labs/01_device_detection.ipynb</code></a>' in out
+    assert "[site](https://example.org/x.ipynb)" in out
+    home = site.link_edition("[t](notebooks/zh-CN/01_device_detection.ipynb) [e](notebooks/03_memory.ipynb)",
+                             "zh-CN", "", editions)
+    assert "[t](notebooks/01_device_detection.ipynb)" in home and '<a href="../notebooks/03_memory.html">e</a>' in home
+
+
+def test_the_chinese_home_page_is_the_chinese_readme_with_its_editions_as_navigation():
+    readme = (ROOT / "README.zh-CN.md").read_text(encoding="utf-8")
+    page = site.home_page(readme, "owner/repo", "main", "zh-CN")
+    assert ":caption: 教程" in page and ":caption: 实验" in page
+    for nb in ZH_EDITIONS:
+        assert f"{nb.parent.parent.name}/{nb.stem}\n" in page, f"{nb} is not in the Chinese navigation"
+    assert '<a href="../index.html">English</a>' in page, "the link to README.md is not the English home page"
+    with pytest.raises(ValueError, match="lang must be one of"):
+        site.notebooks("fr")
+
+
+def test_without_jieba_the_chinese_index_still_gets_two_character_words():
+    spec = importlib.util.spec_from_file_location("course_site_conf", ROOT / "site" / "conf.py")
+    conf = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conf)
+    words = list(conf._cut_chinese_without_jieba("受显存带宽限制的算子 (memory-bound)"))
+    assert "显存" in words and "算子" in words and "memory" not in words, words
 
 
 # ------------------------------------------------------------------------------------ the built site
@@ -272,6 +325,63 @@ def test_search_index_knows_the_course(built):
         assert word in index, f"search would not find {word!r}"
 
 
+def _switch(page: Path) -> list[str]:
+    text = page.read_text(encoding="utf-8")
+    return re.findall(r'<a class="btn btn-sm gpucourse-language-switch" href="([^"]+)"', text)
+
+
+def test_the_chinese_site_has_every_edition_and_links_english_pages_for_the_rest(built):
+    zh = built / "zh-CN"
+    assert (zh / "index.html").is_file() and (zh / "search.html").is_file()
+    for nb in ZH_EDITIONS:
+        folder = nb.parent.parent.name
+        page = zh / folder / f"{nb.stem}.html"
+        assert page.is_file(), f"no zh page for {folder}/zh-CN/{nb.name}"
+        text = page.read_text(encoding="utf-8")
+        rel = f"{folder}/zh-CN/{nb.name}"
+        assert f'href="{colab.colab_url(rel)}"' in text, f"{rel}: the launch button does not open the edition"
+        assert (zh / "_sources" / folder / nb.name).read_bytes() == nb.read_bytes(), f"{rel}: download"
+    editions = {(nb.parent.parent.name, nb.stem) for nb in ZH_EDITIONS}
+    home = (zh / "index.html").read_text(encoding="utf-8")
+    assert '<html lang="zh-CN"' in home
+    for nb in TUTORIALS + LABS:
+        if (nb.parent.name, nb.stem) not in editions:
+            assert not (zh / nb.parent.name / f"{nb.stem}.html").exists(), f"{nb.name} was copied into the zh site"
+            assert f'href="../{nb.parent.name}/{nb.stem}.html"' in home, f"the zh home page does not link {nb.name}"
+
+
+def test_every_page_of_both_sites_has_a_language_switch_that_resolves(built):
+    zh = built / "zh-CN"
+    zh_pages = {p.relative_to(zh) for p in _pages(zh)}
+    for page in _pages(built):
+        links = _switch(page)
+        assert len(links) == 1, f"{page.relative_to(built)}: {len(links)} language switches"
+        target = (page.parent / links[0]).resolve()
+        assert target.is_file(), f"{page.relative_to(built)}: the switch {links[0]} leads nowhere"
+        in_zh = zh in page.parents
+        assert (zh in target.parents) != in_zh, f"{page.relative_to(built)}: the switch stays in its language"
+        rel = page.relative_to(zh if in_zh else built)
+        same = (built / rel) if in_zh else (zh / rel)
+        if in_zh or rel in zh_pages:
+            assert target == same.resolve(), f"{page.relative_to(built)}: the switch leads to {links[0]}, not {rel}"
+        else:
+            assert target == (zh / "index.html").resolve(), f"{rel} has no edition: the switch goes to the zh home"
+
+
+def test_the_chinese_search_index_has_chinese_words(built):
+    import json
+
+    text = (built / "zh-CN" / "searchindex.js").read_text(encoding="utf-8")
+    index = json.loads(text[text.index("(") + 1:text.rindex(")")])
+    words = ["设备", "显存", "算子"]
+    if (ROOT / "notebooks" / "zh-CN" / "09_roofline_mfu.ipynb").exists():
+        words += ["屋顶", "算术", "强度"]
+    missing = [w for w in words if w not in index["terms"]]
+    assert not missing, f"the zh search would not find {missing}"
+    english = (built / "searchindex.js").read_text(encoding="utf-8")
+    assert "\\u663e\\u5b58" not in english and "显存" not in english, "Chinese pages leaked into the English index"
+
+
 # ----------------------------------------------------------------------------------------- browser
 
 @pytest.fixture(scope="module")
@@ -363,6 +473,43 @@ def test_home_page_and_a_tutorial_in_a_browser(served):
             assert "mirroredstrategy" in excerpt.lower() and "Light" not in excerpt and ".ipynb" not in excerpt[:12], \
                 f"the excerpt is not the article's text: {excerpt[:120]!r}"
             assert not [m for m in console if "invalid theme mode" in m], console
+            assert not blocked, f"a page tried to load from another site: {blocked}"
+            assert not errors, f"JavaScript errors: {errors}"
+        finally:
+            browser.close()
+
+
+@pytest.mark.browser
+def test_the_language_switch_and_a_chinese_search_in_a_browser(served):
+    from tests.test_browser import CHROMIUM_ARGS, chromium, loopback_only, sync_playwright
+
+    edition = next(nb for nb in ZH_EDITIONS if nb.parent.parent.name == "notebooks")
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium(), headless=True, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1300, "height": 900})
+            blocked: list = []
+            loopback_only(page, blocked)
+            errors: list = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(f"{served}/notebooks/{edition.stem}.html")
+            switch = page.locator("a.gpucourse-language-switch")
+            assert switch.is_visible() and "简体中文" in switch.inner_text()
+            switch.click()
+            page.wait_for_url(f"**/zh-CN/notebooks/{edition.stem}.html")
+            assert page.evaluate("document.documentElement.lang") == "zh-CN"
+            assert re.search(r"[\u4e00-\u9fff]", page.locator("article h1").first.inner_text())
+            ARTIFACTS.mkdir(exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / "site-zh-tutorial.png"))
+            page.locator("a.gpucourse-language-switch").click()
+            page.wait_for_url(f"**/notebooks/{edition.stem}.html")
+            assert "/zh-CN/" not in page.url
+
+            page.goto(f"{served}/zh-CN/search.html?q=显存")
+            page.wait_for_selector("#search-results ul li p.context", timeout=30_000)
+            hits = page.locator("#search-results ul li a").all_inner_texts()
+            assert hits, "the zh search found nothing for 显存"
+            assert "显存" in page.locator("#search-results").inner_text()
             assert not blocked, f"a page tried to load from another site: {blocked}"
             assert not errors, f"JavaScript errors: {errors}"
         finally:
