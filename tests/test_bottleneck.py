@@ -243,12 +243,14 @@ def test_trace_step_table_on_a_recorded_trace_with_a_gpu_plane(fresh_python):
         "    events = profiling.load_trace(path)\n"
         "    rows = bottleneck.trace_step_table(events, skip=1)\n"
         "    print(sorted({e.process for e in events}), bottleneck.classify(rows).kind,\n"
-        "          all(r['kernelLaunchTimeMs'] > 0 for r in rows),\n"
+        "          all(r['kernelLaunchTimeMs'] > 0 for r in rows) if share < 0.5 else '-',\n"
         "          [round(r['deviceComputeTimeMs'] / r['stepTimeMs'], 2) for r in rows])\n")
     lines = out.splitlines()
     assert lines[0] == "device-bound"  # on the CPU the matmul is the device's work
     assert lines[1] == "['/device:GPU:0', '/host:CPU'] host-bound True [0.02, 0.02]"
-    assert lines[2] == "['/device:GPU:0', '/host:CPU'] device-bound True [0.9, 0.9]"
+    # with the stream busy for 90% of each step the host's op spans may fall wholly inside the device's time,
+    # which claims it first, so a step can show no launch time (it did under load): not checked there
+    assert lines[2] == "['/device:GPU:0', '/host:CPU'] device-bound - [0.9, 0.9]"
 
 
 @pytest.mark.gpu
