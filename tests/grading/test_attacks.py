@@ -10,6 +10,7 @@ the solved one). Beside it, ``<name>.expected.json`` holds the golden outcome::
      "tampering_any": ["...", "..."],          # at least one of these (the run stops at the first sign)
      "flags": ["..."],                         # fragments, each found in one review flag
      "no_flags": ["..."],                      # fragments found in no review flag (correct answers)
+     "unsandboxed": {...},                     # replaces keys above when the kernel ran without bubblewrap
      "withheld": ["q4"],                       # items whose marks are withheld
      "items": {"q1": "fail"},                  # item statuses
      "messages": {"q4": ["fragment"]},         # fragments of an item's message
@@ -84,7 +85,9 @@ def check_attack(path: Path, tmp_path: Path) -> None:
         rep = grade_in_batch(sub, want, tmp_path)
     else:
         rep = grade_notebook(sub, extra_tests=extra, timeout=240)
-    text = rep.table()
+    text = rep.table() + f"\nisolation: {rep.isolation}"
+    if not rep.isolation.startswith("bubblewrap") and want.get("unsandboxed"):
+        want = {**want, **want["unsandboxed"]}  # e.g. the tests on disk are readable: the guard's verdict counts
     assert rep.status == want["status"], text
     if "score" in want:
         assert rep.score == want["score"], text

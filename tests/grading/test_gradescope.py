@@ -13,6 +13,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from gpucourse.grading import sandbox
 from gpucourse.grading.cli import main as cli_main
 from gpucourse.grading.gradescope import build_bundle, results_json, run
 from gpucourse.grading.items import items_in
@@ -142,7 +143,7 @@ def test_run_autograder_in_gradescope_layout(tmp_path, bundle):
             check = subprocess.run([sys.executable, "-m", "gpucourse.grading.cli", "verify", str(root / "results")],
                                    env=env, capture_output=True, text=True, timeout=60)
             assert check.returncode == 0, check.stdout
-    if os.geteuid() == 0:  # as on Gradescope: the kernel ran as another user
+    if os.geteuid() == 0 and not sandbox.probe("bubblewrap"):  # as on Gradescope: the kernel ran as another user
         assert got["solution"]["extra_data"]["isolation"].split(":")[0] in ("bubblewrap", "user"), got["solution"]
     sol, uns, tam = got["solution"], got["unsolved"], got["tampered"]
     public = [spec for spec, _ in items_in(lab02)]
