@@ -164,11 +164,13 @@ class JupyterLab:
             path = home / "settings" / name
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(value))
-        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "JUPYTERLAB_SETTINGS_DIR": str(home / "settings"),
+        env = {**os.environ, "JUPYTERLAB_SETTINGS_DIR": str(home / "settings"),
                "JUPYTERLAB_WORKSPACES_DIR": str(home / "workspaces"), "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
                "JUPYTER_CONFIG_DIR": str(home / "config")}
-        for name in ("PYTEST_CURRENT_TEST", "MPLBACKEND", "GPUCOURSE_STATIC"):
-            env.pop(name, None)  # the kernels must behave as for a learner: inline plots, live widgets
+        # the kernels must behave as for a learner on Colab: inline plots, live widgets, and TensorFlow's
+        # log level as the setup cell leaves it (1: warnings and errors show), not the test suite's 2
+        for name in ("PYTEST_CURRENT_TEST", "MPLBACKEND", "GPUCOURSE_STATIC", "TF_CPP_MIN_LOG_LEVEL"):
+            env.pop(name, None)
         self.log_path = home / "jupyterlab.log"
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen(
