@@ -243,6 +243,7 @@ H100 = {"device_type": "GPU", "device_name": "NVIDIA H100 80GB HBM3", "compute_c
     (A100, "mixed_bfloat16", True, 2.0),
     (A100, "mixed_float16", False, 312 / 19.5),   # TF32 off: against plain float32
     (H100, "mixed_float16", True, 989.5 / 494.5),
+    ({"device_name": "NVIDIA H200", "compute_capability": (9, 0)}, "mixed_bfloat16", False, 989.5 / 67),
     ({"device_name": "Tesla V100-SXM2-16GB", "compute_capability": "7.0"}, "float16", True, 125 / 15.7),
     ({"device_name": "NVIDIA L4"}, "mixed_bfloat16", True, 121 / 60),  # no cc given: the table's
 ])
@@ -256,7 +257,6 @@ def test_speedup_bound_of_a_gpu_is_its_data_sheet_ratio(device, policy, tf32, ce
 @pytest.mark.parametrize("device, policy, why", [
     (T4, "mixed_bfloat16", "no bfloat16 Tensor Cores"),
     ({"device_name": "NVIDIA GeForce GTX 1660 Ti", "compute_capability": (7, 5)}, "mixed_float16", "GTX 16xx"),
-    ({"device_name": "NVIDIA H200", "compute_capability": (9, 0)}, "mixed_float16", "no data-sheet row"),
     # 'L4' must not match an L40S, nor 'A100' an A1000
     ({"device_name": "NVIDIA L40S", "compute_capability": (8, 9)}, "mixed_float16", "no data-sheet row"),
     ({"device_name": "NVIDIA RTX A1000", "compute_capability": (8, 6)}, "mixed_float16", "no data-sheet row"),

@@ -11,6 +11,8 @@ KNOWN = [
     ("A100", "8.0", True, True, True, False),  # Ampere: bfloat16 and TF32
     ("L4", "8.9", True, True, True, True),  # Ada: FP8
     ("H100", "9.0", True, True, True, True),  # Hopper
+    ("H100 PCIe", "9.0", True, True, True, True),  # the PCIe card: same Tensor Cores, lower clocks
+    ("H200", "9.0", True, True, True, True),  # Hopper with HBM3e: the H100's compute peaks
 ]
 
 
@@ -99,7 +101,7 @@ def test_peak_speedup():
 def test_peak_table():
     text = hw.peak_table()
     lines = text.splitlines()
-    assert lines[0].startswith("GPU") and len(lines) == 1 + len(hw.GPU_PEAKS)
+    assert lines[0].startswith("GPU") and len(lines) == 1 + len(hw.TABLE_GPUS)  # notebook 05's table
     t4 = next(line for line in lines if line.startswith("T4"))
     assert "float16 " in t4 and "bfloat16" not in t4 and "8.0x" in t4
     a100 = next(line for line in lines if line.startswith("A100"))
@@ -151,3 +153,16 @@ def test_gpu_compute_capability_on_gpu():
     assert isinstance(cc, tuple) and len(cc) == 2 and cc >= (3, 0)
     assert hw.recommend_policy(cc).policy in ("float32", "mixed_float16", "mixed_bfloat16")
     assert set(hw.tensor_core_support(cc)) == set(hw.TENSOR_CORE_DTYPES)
+
+
+@pytest.mark.parametrize("name, key", [
+    ("Tesla T4", "T4"), ("NVIDIA A100-SXM4-80GB", "A100"), ("NVIDIA H100 80GB HBM3", "H100"),
+    ("NVIDIA H100 PCIe", "H100 PCIe"), ("NVIDIA H200", "H200"), ("NVIDIA L4", "L4"), ("Tesla V100-SXM2-16GB", "V100"),
+])
+def test_driver_names_find_their_data_sheet(name, key):
+    assert hw.find_gpu(name) is hw.GPU_PEAKS[key]
+
+
+@pytest.mark.parametrize("name", ["NVIDIA L40S", "NVIDIA RTX A1000", "NVIDIA H1000", "NVIDIA GeForce RTX 4090"])
+def test_no_false_data_sheet_match(name):
+    assert hw.find_gpu(name) is None

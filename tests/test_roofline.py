@@ -38,17 +38,8 @@ def test_gpu_shapes_reach_sizes_where_arithmetic_dominates():
     assert max(m * n * k for m, n, k in cpu) <= 1024 ** 3
 
 
-@pytest.mark.parametrize("name, key", [
-    ("Tesla T4", "T4"), ("NVIDIA A100-SXM4-80GB", "A100"), ("NVIDIA H100 80GB HBM3", "H100"),
-    ("NVIDIA L4", "L4"), ("Tesla V100-SXM2-16GB", "V100"),
-])
-def test_driver_names_find_their_data_sheet(name, key):
-    assert roofline.datasheet_gpu(name) is precision_hardware.GPU_PEAKS[key]
-
-
-def test_an_unknown_gpu_has_no_data_sheet_and_no_false_match():
-    assert roofline.datasheet_gpu("NVIDIA GeForce RTX 4090") is None
-    assert roofline.datasheet_gpu("NVIDIA H1000") is None  # 'H100' is a word, not a substring
+def test_the_data_sheet_lookup_is_topic_05s():
+    assert roofline.datasheet_gpu is precision_hardware.find_gpu  # one table, one name matcher
 
 
 def test_table_states_the_fraction_of_the_data_sheet_and_why_one_is_missing():
@@ -113,7 +104,7 @@ def test_an_h100_pcie_card_gets_its_own_slower_data_sheet():
 
 def test_h200_is_found_by_its_driver_name_without_changing_notebook_05s_table():
     assert roofline.datasheet_gpu("NVIDIA H200").name == "H200"
-    assert "H200" not in precision_hardware.GPU_PEAKS  # notebook 05 prints GPU_PEAKS; its table stays as it is
+    assert "H200" not in precision_hardware.peak_table()  # notebook 05's table stays as it is
     assert roofline.datasheet_roof("H200").peak("bfloat16") == roofline.datasheet_roof("H100").peak("bfloat16")
     with pytest.raises(ValueError, match="no data sheet for GPU 'NVIDIA GeForce RTX 4090'"):
         roofline.datasheet_roof("NVIDIA GeForce RTX 4090")

@@ -427,16 +427,6 @@ def describe_device(index: int = 0) -> dict:
     return {"device_type": "CPU", "cpu_flags": tuple(sorted(_cpu_flags() & wanted))}
 
 
-def _peaks_row(name: str | None):
-    """The :data:`GPU_PEAKS` row whose name is a word of the GPU's ``name`` ('NVIDIA A100-SXM4-40GB' -> A100)."""
-    if not name:
-        return None
-    for key, row in _hardware.GPU_PEAKS.items():
-        if re.search(rf"(?<![A-Za-z0-9]){re.escape(key)}(?![A-Za-z0-9])", name, re.I):
-            return row
-    return None
-
-
 def pick_speedup_bound(device=None, policy: str = "mixed_float16", *, tf32: bool | None = None) -> SpeedupBound:
     """The ceiling of a training step's speed-up under ``policy`` on ``device``, against float32.
 
@@ -485,7 +475,7 @@ def pick_speedup_bound(device=None, policy: str = "mixed_float16", *, tf32: bool
     if why_not:
         return bound(label, None, why_not)
     cc = device.get("compute_capability")
-    row = _peaks_row(name)
+    row = _hardware.find_gpu(name) if name else None
     if cc is None and row is not None:
         cc = row.cc
     if cc is not None and not _hardware.tensor_core_support(cc)[dtype]:

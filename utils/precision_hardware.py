@@ -22,12 +22,15 @@ Importing this module never imports TensorFlow.
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass
 
 from . import _tf, _validate
 
 __all__ = [
     "GPU_PEAKS",
+    "TABLE_GPUS",
     "NO_TENSOR_CORE_NAMES",
     "TENSOR_CORE_DTYPES",
     "TENSOR_CORE_MIN_CC",
@@ -36,6 +39,7 @@ __all__ = [
     "gpu_compute_capability",
     "lacks_tensor_cores",
     "parse_compute_capability",
+    "find_gpu",
     "peak_speedup",
     "peak_table",
     "recommend_policy",
@@ -141,7 +145,29 @@ GPU_PEAKS = {g.name: g for g in (
              "NVIDIA L4 data sheet: 30.3 FP32; 120 TF32, 242 FP16/BF16, 485 FP8 with sparsity, halved"),
     GpuPeaks("H100", (9, 0), 67.0, 494.5, 989.5, 989.5, 1979.0,
              "NVIDIA H100 data sheet (SXM): 67 FP32; 989 TF32, 1979 FP16/BF16, 3958 FP8 with sparsity, halved"),
+    GpuPeaks("H100 PCIe", (9, 0), 51.0, 378.0, 756.5, 756.5, 1513.0,
+             "NVIDIA H100 data sheet (PCIe): 51 FP32; 756 TF32, 1513 FP16/BF16, 3026 FP8 with sparsity, halved"),
+    GpuPeaks("H200", (9, 0), 67.0, 494.5, 989.5, 989.5, 1979.0,
+             "NVIDIA H200 data sheet (SXM): 67 FP32; 989 TF32, 1979 FP16/BF16, 3958 FP8 with sparsity, halved"),
 )}
+
+#: The GPUs :func:`peak_table` shows by default: one per generation, as notebook 05 prints them.
+TABLE_GPUS = ("T4", "V100", "A100", "L4", "H100")
+
+
+def find_gpu(name: str) -> GpuPeaks | None:
+    """The :data:`GPU_PEAKS` row of a GPU as its driver names it, or None when no data sheet is listed.
+
+    A row matches when its name is a whole word of ``name``: ``"Tesla T4"`` -> T4,
+    ``"NVIDIA A100-SXM4-80GB"`` -> A100, ``"NVIDIA H100 80GB HBM3"`` -> H100 (the SXM module),
+    ``"NVIDIA H100 PCIe"`` -> its slower PCIe card (the longest name wins); ``"NVIDIA L40S"`` is not
+    an L4, nor ``"NVIDIA RTX A1000"`` an A100.
+    """
+    _validate.text("name", name, "the GPU's name as nvidia-smi prints it, e.g. 'Tesla T4'")
+    for key in sorted(GPU_PEAKS, key=len, reverse=True):
+        if re.search(rf"(?<![A-Za-z0-9]){re.escape(key)}(?![A-Za-z0-9])", name, re.I):
+            return GPU_PEAKS[key]
+    return None
 
 
 def _gpu(name) -> GpuPeaks:
@@ -173,7 +199,7 @@ def peak_speedup(gpu: str, dtype: str = "float16", tf32: bool = True) -> float:
 
 def peak_table(gpus=None) -> str:
     """Data-sheet peaks (dense TFLOPS) and the mixed-precision ceiling with TF32 on and off."""
-    names = list(GPU_PEAKS) if gpus is None else [_gpu(n).name for n in gpus]
+    names = list(TABLE_GPUS) if gpus is None else [_gpu(n).name for n in gpus]
     rows = [["GPU", "cc", "Tensor Core dtypes", "FP32", "TF32", "FP16", "BF16", "FP8",
              "FP16/base (TF32 on)", "FP16/base (TF32 off)"]]
     for n in names:

@@ -32,10 +32,12 @@ from typing import Sequence
 
 from . import _validate
 from ._tf import tf as _tf
+# the data-sheet lookup lives with the data sheets (topic 05); here under the roofline's name for it
+from .precision_hardware import find_gpu as datasheet_gpu
 
 __all__ = ["MatmulResult", "MATMUL_DTYPES", "matmul_flops", "default_shapes", "device_dtypes",
            "measure_matmul", "measure_matmul_peaks", "datasheet_gpu", "format_matmul_table",
-           "GPU_BANDWIDTH", "EXTRA_PEAKS", "BandwidthResult", "Roof", "measure_bandwidth", "measure_roof",
+           "GPU_BANDWIDTH", "BandwidthResult", "Roof", "measure_bandwidth", "measure_roof",
            "datasheet_roof", "measured_roof", "cpu_facts", "format_roof", "benchmark"]
 
 #: The dtypes a matmul can be measured in; ``"tfloat32"`` is float32 with the TF32 switch on.
@@ -161,25 +163,6 @@ def measure_matmul_peaks(dtypes: Sequence[str] | None = None, device: str | None
     return [measure_matmul(d, shapes, device, repeats) for d in dtypes]
 
 
-def datasheet_gpu(name: str):
-    """The data-sheet entry (:class:`gpucourse.precision_hardware.GpuPeaks`) for a GPU as the driver names it.
-
-    ``"Tesla T4"`` -> T4, ``"NVIDIA A100-SXM4-80GB"`` -> A100, ``"NVIDIA H100 80GB HBM3"`` -> H100
-    (the SXM module), ``"NVIDIA H100 PCIe"`` -> its PCIe card, ``"NVIDIA H200"`` -> H200;
-    None when the course has no data sheet for it (the report then shows the measured rates only).
-    """
-    from .precision_hardware import GPU_PEAKS
-
-    _validate.text("name", name, "the GPU's name as nvidia-smi prints it, e.g. 'Tesla T4'")
-    words = re.split(r"[\s\-_/]+", name.upper())
-    if "H100" in words and "PCIE" in words:  # "NVIDIA H100 PCIe": slower than the SXM module
-        return EXTRA_PEAKS["H100 PCIe"]
-    for key, peaks in {**GPU_PEAKS, **EXTRA_PEAKS}.items():
-        if key.upper() in words:
-            return peaks
-    return None
-
-
 def format_matmul_table(results: Sequence[MatmulResult], peaks=None) -> str:
     """A Markdown table: dtype, best TFLOP/s and its shape, the data-sheet peak and the fraction of it reached."""
     results = _validate.sequence("results", results, "MatmulResult rows")
@@ -199,20 +182,6 @@ def format_matmul_table(results: Sequence[MatmulResult], peaks=None) -> str:
 
 
 # --------------------------------------------------------------------------- the memory roof and the data sheets
-
-def _extra_peaks() -> dict:
-    from .precision_hardware import GpuPeaks
-
-    return {"H200": GpuPeaks("H200", (9, 0), 67.0, 494.5, 989.5, 989.5, 1979.0,
-                             "NVIDIA H200 data sheet (SXM): 67 FP32; 989 TF32, 1979 FP16/BF16, 3958 FP8 "
-                             "with sparsity, halved"),
-            "H100 PCIe": GpuPeaks("H100 PCIe", (9, 0), 51.0, 378.0, 756.5, 756.5, 1513.0,
-                                  "NVIDIA H100 data sheet (PCIe): 51 FP32; 756 TF32, 1513 FP16/BF16, 3026 FP8 "
-                                  "with sparsity, halved")}
-
-
-#: Data-sheet peaks of GPUs that notebook 05's table does not list (same fields as ``GPU_PEAKS``).
-EXTRA_PEAKS = _extra_peaks()
 
 #: Data-sheet memory bandwidth in GB/s (1e9 bytes/s), with its source.
 GPU_BANDWIDTH = {
