@@ -50,6 +50,15 @@ def test_an_edition_has_the_english_code_and_outputs_and_chinese_markdown_and_it
         assert zh.metadata["gpucourse"].get(key) == english.metadata.get("gpucourse", {}).get(key)
 
 
+def _code_spans(text: str) -> set:
+    """Code spans and fenced blocks of markdown; a span may wrap a line (and a '> ' quote marker), as in CommonMark."""
+    import re
+
+    fence = re.compile(r"^```.*?^```", re.S | re.M)
+    prose = re.sub(r"\n>[ ]?", "\n", fence.sub("", text))
+    return set(fence.findall(text)) | {"`" + " ".join(s.split()) + "`" for s in re.findall(r"`([^`]+)`", prose)}
+
+
 def test_the_edition_keeps_every_code_identifier_of_the_english_markdown():
     """A technical edit keeps code font: every `...` span of an English cell is in its translation."""
     import re
@@ -58,10 +67,15 @@ def test_the_edition_keeps_every_code_identifier_of_the_english_markdown():
         for e in i18n.read_po(po.read_text(encoding="utf-8")):
             if not e.msgctxt or e.obsolete:
                 continue
-            missing = sorted(set(re.findall(r"`[^`\n]+`", e.msgid)) - set(re.findall(r"`[^`\n]+`", e.msgstr)))
-            # a path may point at the zh edition instead (labs/zh-CN/01_...)
-            missing = [m for m in missing if m.replace("/01_", "/zh-CN/01_") not in e.msgstr]
+            missing = sorted(_code_spans(e.msgid) - _code_spans(e.msgstr))
+            # a path may point at the zh edition instead (labs/zh-CN/NN_...)
+            missing = [m for m in missing if re.sub(r"/(\d\d_)", r"/zh-CN/\1", m) not in e.msgstr]
             assert not missing, f"{po.name} {e.extracted}: code spans lost in the translation: {missing}"
+
+
+def test_a_dropped_code_span_is_caught():
+    assert _code_spans("the `Executing\nop` lines and `tf.function`") == {"`Executing op`", "`tf.function`"}
+    assert _code_spans("the `Executing op` lines") - _code_spans("日志行") == {"`Executing op`"}
 
 
 # ----------------------------------------------------------------------------- fixture
