@@ -208,7 +208,8 @@ def probe(level: str) -> str:
                 os.chmod(work, 0o770)
             cmd = _bwrap_args(work, uid=uid) if level == "bubblewrap" else _setpriv(uid)
             same = f"import sys; assert sys.version == {sys.version!r} and sys.base_prefix == {sys.base_prefix!r}"
-            cmd += [sys.executable, "-c", same + "; import gpucourse.grading.kernel_guard, ipykernel; open('ok', 'w')"]
+            found = "import importlib.util as u; assert u.find_spec('ipykernel') and u.find_spec('gpucourse.grading')"
+            cmd += [sys.executable, "-c", f"{same}; {found}; open('ok', 'w')"]
             res = subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=60,
                                  env={**os.environ, "HOME": str(work), "PYTHONDONTWRITEBYTECODE": "1"})
             if res.returncode != 0 or not (work / "ok").exists():
