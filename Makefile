@@ -79,18 +79,22 @@ lab-settings:
 	@mkdir -p $(dir $(LAB_SETTINGS))
 	@printf '%s\n' '{"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": false}}' > $(LAB_SETTINGS)
 
-# Debian packages the browser test needs (Chromium; no browser is downloaded).
-# Installs only when missing and when we may (root); otherwise the browser
-# test explains what to install and skips (it fails instead when CI=true).
+# Debian packages the tests need: Chromium for the browser test (no browser is downloaded), a CJK font so that
+# the Chinese pages' screenshots show characters, not boxes, and bubblewrap, the grader's sandbox for each
+# graded kernel (docs/instructors.md). Installs only what is missing and only when we may (root); otherwise it
+# says what is missing: the browser test then skips (fails when CI=true), the grader runs less isolated and says so.
 system-deps:
 	@found="$$CHROMIUM"; for b in chromium chromium-browser google-chrome google-chrome-stable; do \
 	  command -v $$b >/dev/null 2>&1 && found=$$b; done; \
-	if [ -z "$$found" ]; then \
+	missing=""; [ -n "$$found" ] || missing="chromium"; \
+	dpkg -s fonts-noto-cjk >/dev/null 2>&1 || fc-list 2>/dev/null | grep -qi "Noto Sans CJK" || missing="$$missing fonts-noto-cjk"; \
+	command -v bwrap >/dev/null 2>&1 || missing="$$missing bubblewrap"; \
+	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "installing Debian chromium for the browser test"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	    echo "installing Debian's$$missing for the tests"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	  else \
-	    echo "note: chromium not found and cannot apt-get install it; the browser test will skip"; \
+	    echo "note: missing$$missing and cannot apt-get install it (see the Makefile's system-deps)"; \
 	  fi; \
 	fi
 
