@@ -97,3 +97,10 @@ def test_a_python_in_a_closed_folder_is_mounted_back(tmp_path):
     assert args[0] == "--tmpfs" and (closed / "py").is_relative_to(top)
     assert args[-3:] == ["--ro-bind", str(closed / "py" / "lib"), str(closed / "py" / "lib")]
     assert ["--perms", "0755", "--dir", str(closed / "py")] == args[-7:-3]
+
+
+def test_an_output_folder_holding_the_course_is_left_visible_read_only(tmp_path):
+    args = sandbox._bwrap_args(tmp_path, hide=[str(sandbox._LABTESTS.parent.parent), str(sandbox._LABTESTS)])
+    covered = [args[i + 2] for i, a in enumerate(args) if a == "--ro-bind" and "gpucourse-stubs-" in args[i + 1]]
+    assert str(sandbox._LABTESTS.parent.parent) not in covered  # the kernel could not import the course
+    assert str(sandbox._LABTESTS) in covered and str(sandbox._LABTESTS / "lab01.py") in covered

@@ -99,6 +99,8 @@ def _bwrap_args(workdir: Path, reach=(), hide=(), uid: int | None = None) -> lis
         p = Path(p)
         if not p.exists() or (tmp_free and _under(p, Path("/tmp"))):
             continue
+        if p.is_dir() and any(_under(n, p) for n in needed):
+            continue  # e.g. --out . in the course's own folder: it stays visible, read-only like the rest
         args += ["--ro-bind", str(stubs / ("empty" if p.is_dir() else "test.py")), str(p)]
     # the kernel's parent is the sandbox's init (pid 1): ipykernel must not take that for its parent's death
     # (--die-with-parent ends the sandbox when the grader goes)
