@@ -152,3 +152,37 @@ def test_runners_and_strategy_bad_input():
         distribute.cross_device_ops_of(42)
     with pytest.raises(ValueError, match="device_type must be one of"):
         distribute.strategy_devices(device_type="TPU")
+
+
+def test_auto_shard_drops_tensorflows_log_lines_and_passes_on_the_rest(tmp_path):
+    """With every C++ log level shown (as on Colab, where TF_CPP_MIN_LOG_LEVEL is unset), a failed FILE shard
+    makes TensorFlow log a W line repeating the error, and reading a TFRecordDataset an I line: both dropped."""
+    import os
+    import subprocess
+    import sys
+
+    code = f"""
+import os, tensorflow as tf
+from gpucourse import distribute
+path = os.path.join({str(tmp_path)!r}, "all")
+with tf.io.TFRecordWriter(path) as w:
+    for v in range(4):
+        w.write(str(v).encode())
+one = tf.data.Dataset.from_tensor_slices([path]).interleave(tf.data.TFRecordDataset, cycle_length=1)
+print("DATA", [int(v) for v in distribute.auto_shard(one, 2, 1, "DATA")])
+try:
+    distribute.auto_shard(one, 2, 0, "AUTO")
+except tf.errors.InvalidArgumentError as err:
+    print("AUTO raises:", "Could not apply FILE based sharding" in err.message)
+def noisy(v):
+    os.write(2, b"a line of the learner's own\\n")
+    return v
+ds = tf.data.Dataset.range(2).map(lambda x: tf.py_function(noisy, [x], tf.int64))
+print("own", [int(v) for v in distribute.auto_shard(ds, 2, 0, "OFF")])
+"""
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "0"}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split("\n")[-4:] == ["DATA [1, 3]", "AUTO raises: True", "own [0, 1]", ""]
+    assert "Local rendezvous" not in proc.stderr and "TFRecordDataset `buffer_size`" not in proc.stderr
+    assert proc.stderr.count("a line of the learner's own") == 2

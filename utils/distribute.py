@@ -28,10 +28,15 @@ Real worker processes (``TF_CONFIG``, launching, checkpoint and restart) live in
 from __future__ import annotations
 
 import math
+import re
+import sys
 from dataclasses import dataclass
 from typing import Sequence
 
 from . import _tf, _validate
+
+#: A line of TensorFlow's C++ log: severity, date, time, thread, file:line].
+_TF_LOG_LINE = re.compile(r"^[IWEF]\d{4} [\d:.]+\s+\d+ [\w.]+:\d+\] ")
 
 __all__ = [
     "CrossDeviceChoice",
@@ -293,7 +298,18 @@ def auto_shard(dataset, num_workers: int, index: int, policy: str = "AUTO", repl
     options.experimental_distribute.auto_shard_policy = getattr(tf.data.experimental.AutoShardPolicy, policy)
     sharded = input_ops.auto_shard_dataset(dataset.with_options(options), num_workers, index,
                                            replicas or num_workers)
-    return list(sharded.as_numpy_iterator())
+    # Reading also makes TensorFlow's C++ core log to stderr: a W line "Local rendezvous is aborting with status:
+    # INVALID_ARGUMENT: Could not apply FILE based sharding ..." that repeats the error raised here, and an I line
+    # on TFRecordDataset's default buffer. Those are dropped; any other line is passed on.
+    from .logcapture import capture_output
+
+    try:
+        with capture_output() as log:
+            return list(sharded.as_numpy_iterator())
+    finally:
+        kept = [ln for ln in log.lines if not _TF_LOG_LINE.match(ln)]
+        if kept:
+            print("\n".join(kept), file=sys.stderr)
 
 
 # --------------------------------------------------------------------------- work to time
