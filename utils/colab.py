@@ -159,7 +159,7 @@ def drop_import_noise(text: str) -> str:
 
 
 def setup() -> None:
-    """What the setup cell does after installing: memory growth on, oneDNN on, TensorFlow's INFO log lines off,
+    """What the setup cell does after installing: memory growth on, oneDNN on, TensorFlow's INFO and WARNING lines off,
     a quiet import, then :func:`check_versions`.
 
     oneDNN is TensorFlow's default only on CPUs with AVX-512 and newer; without it TensorFlow keeps
@@ -169,9 +169,9 @@ def setup() -> None:
     """
     allow_gpu_memory_growth()
     os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
-    # TensorFlow's INFO lines (profiler sessions, the first XLA compile) read as errors in red; warnings
-    # and errors still show. `make lab` sets 2 (warnings hidden too); a value you set yourself is kept.
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+    # TensorFlow's INFO and WARNING lines (profiler sessions, the first XLA compile, tf.data under a
+    # strategy) read as errors in red; errors still show. The same level `make lab` sets; yours is kept.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     quiet_import()
     check_versions()
     require_gpu_if_asked()
