@@ -398,6 +398,16 @@ def assess(records, problems: list[str], plan_names: list[str], config_digest: s
                     a.withheld.setdefault(item, f"Marks withheld: while this item was graded your code read the "
                                                 f"checks' own files ({at}). Solve the item without them.")
                 a.flags.append(f"read the lab's test files: {what.rsplit('/', 1)[-1]} {at}".strip())
+            elif category == "helper-copy":  # a fresh copy of a module that holds answer-bearing helpers
+                names = str(what).split()
+                for name in names:
+                    targets = [item] if item else [f"public:{k}" for k in (helpers or {}).get(name, [])]
+                    for target in targets:
+                        a.withheld.setdefault(target, (
+                            f"Marks withheld: your code loaded a fresh copy of the course module that holds "
+                            f"{name} ({at}), a course helper that computes this item's answer. Write the "
+                            "function yourself."))
+                a.flags.append(f"loaded a fresh copy of a course module holding {', '.join(names)} {at}".strip())
             elif category == "helper":
                 targets = [item] if item else [f"public:{k}" for k in (helpers or {}).get(what, [])]
                 for target in targets:

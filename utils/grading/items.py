@@ -72,8 +72,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Mapping
 
-__all__ = ["Fail", "ItemResult", "ItemTimeout", "ItemSpec", "Namespace", "NotDefined", "Observed", "expect_raised", "expect_raises",
-           "is_split", "item", "items_in", "judge_item", "lab_ids", "lab_test_path", "load_test_file",
+__all__ = ["Fail", "ItemResult", "ItemTimeout", "ItemSpec", "Namespace", "NotDefined", "Observed", "counted", "expect_raised",
+           "expect_raises", "is_split", "isolated", "item", "items_in", "judge_item", "lab_ids", "lab_test_path", "load_test_file",
            "language", "load_test_source", "make_cases", "observe_item", "outcome", "plain", "round_trip",
            "run_item", "score_table", "tr"]
 
@@ -218,8 +218,10 @@ def plain(value, _depth: int = 0):
     """
     if _depth > 50:
         return {"__type__": "deeply nested", "repr": "..."}
-    if value is None or isinstance(value, (bool, str)):
+    if value is None or isinstance(value, bool):
         return value
+    if isinstance(value, str):  # an exact str (a subclass, e.g. numpy.str_, could carry its own methods)
+        return value if type(value) is str else "".join([value])
     if isinstance(value, int):
         return int(value)
     if isinstance(value, float):
@@ -278,6 +280,44 @@ def expect_raised(seen: dict, what: str, why: str = "", exc_name: str = "ValueEr
 def _short(value, limit: int = 200) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[:limit] + "..."
+
+
+def isolated(source: str, **names):
+    """A function made from ``source`` (a lambda) whose globals are only ``names``: a function a check hands
+    to the learner's code must not lead, through ``__globals__``, to the check's own module (its helpers and
+    measurements), which the learner's code could rewrite."""
+    import builtins
+
+    return eval(source, {"__builtins__": builtins, **names})  # noqa: S307 (the check's own constant source)
+
+
+def _tally(fn):
+    n, reply = 0, None
+    while True:
+        request = yield reply
+        if request is None:
+            reply = n
+            continue
+        n += 1
+        try:
+            reply = (True, fn(*request[0], **request[1]))
+        except BaseException as exc:  # noqa: BLE001 (handed back to the caller, raised there)
+            reply = (False, exc)
+
+
+_CALL = "lambda *a, **k: _done(_send((a, k)))"
+_DONE = "lambda r: r[1] if r[0] else _throw(r[1])"
+
+
+def counted(fn):
+    """``(call, calls)``: ``call(...)`` runs ``fn(...)``; ``calls()`` says how often, counted where the learner's
+    code cannot reach it (an int in a generator's frame: reading ``gi_frame`` is reported by the guard), so
+    trimming a log through ``__closure__`` or ``__globals__`` of ``call`` cannot hide a call. Replacing what
+    ``call`` refers to gains nothing either: every result still comes from the counting generator."""
+    gen = _tally(fn)
+    next(gen)
+    done = isolated(_DONE, _throw=isolated("lambda e: (_ for _ in ()).throw(e)"))
+    return isolated(_CALL, _send=gen.send, _done=done), lambda: gen.send(None)
 
 
 class NotDefined(NotImplementedError):
@@ -456,8 +496,8 @@ def observe_item(obj, ns: "Namespace | Mapping", cases: list, timeout_s: float |
     seen: list = []
 
     def run_all():
-        for case in cases:
-            seen.append(round_trip(obj.observe(ns, case)))
+        for case in cases:  # plain data, never through json here (the guard encodes it: see kernel_guard)
+            seen.append(plain(obj.observe(ns, case)))
 
     status, value = _classify(run_all, test_file, timeout_s)
     if status == "ok":

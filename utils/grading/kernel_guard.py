@@ -138,6 +138,7 @@ def install(config: dict, user_ns: dict | None = None) -> dict:
     _type, _id, _len, _callable, _repr, _tuple, _set, _list = type, id, len, callable, repr, tuple, set, list
     _any, _map, _zip, _str, _issubclass, _memoryview = any, map, zip, str, issubclass, memoryview
     _bytes, _int, guard_file = bytes, int, GUARD_FILENAME
+    _dict, _float, _bool, _inf = dict, float, bool, float("inf")
     _BaseException, _KeyError, _ValueError, _RuntimeError = BaseException, KeyError, ValueError, RuntimeError
     _is_not, _itemgetter = operator.is_not, operator.itemgetter
     _write, _perf, _sleep, interval = os.write, time.perf_counter, time.sleep, WATCH_INTERVAL_S
@@ -219,12 +220,38 @@ def install(config: dict, user_ns: dict | None = None) -> dict:
     grader_files = frozenset(config.get("grader_files", ()))
     driver_files = frozenset(config.get("driver_files", ()))
     driver_digests = frozenset(config.get("driver_sha256", ()))
-    _realpath = os.path.realpath
+    _realpath, _listdir, _readlink = os.path.realpath, os.listdir, os.readlink
     protected = frozenset(_realpath(p) for p in config.get("protected_files", ()))
     protected_names = frozenset(os.path.basename(p) for p in protected)
     # the grader's output folder, hidden tests, grading key: writing there is tampering (the sandbox
     # stops the write itself; without one, this still sees it)
     output_roots = tuple(_realpath(p).rstrip("/") + "/" for p in config.get("output_roots", ()))
+
+    def protected_path(path, dir_fd=None):
+        """The protected test file ``path`` names, or None. A relative path given with ``dir_fd``
+        (``os.open(name, flags, dir_fd=fd)``: the audit event does not carry the fd) is resolved against
+        every directory this process holds open."""
+        if _type(path) is not _str or path.rpartition("/")[2] not in protected_names:
+            return None
+        full = _realpath(path)
+        if full in protected:
+            return full
+        if path.startswith("/"):
+            return None
+        fds = [dir_fd] if _type(dir_fd) is _int else []
+        try:
+            fds += _listdir("/proc/self/fd")
+        except _BaseException:  # noqa: S110 (no /proc: only the given fd)
+            pass
+        for fd in fds:
+            try:
+                base = _readlink("/proc/self/fd/" + _str(fd))
+            except _BaseException:  # noqa: S112 (closed meanwhile, not a link)
+                continue
+            full = _realpath(base + "/" + path)
+            if full in protected:
+                return full
+        return None
 
     def plain(s, limit=200):
         """An exact ``str`` copy of ``s`` (a str subclass cannot run code here), else '?'."""
@@ -233,6 +260,28 @@ def install(config: dict, user_ns: dict | None = None) -> dict:
         if _issubclass(_type(s), _str):
             return _join((s,))[:limit]
         return "?"
+
+    def frozen(x, depth=0):
+        """An exact copy of plain data (dict with str keys, list, tuple, str, int, float, bool, None), made
+        with nothing the submission can replace (no ``json``); a non-finite float becomes
+        ``{"__float__": "nan"}``. Anything else (a subclass, another object) raises ValueError."""
+        t = _type(x)
+        if x is None or t is _str or t is _int or t is _bool:
+            return x
+        if t is _float:
+            return x if x == x and x != _inf and x != -_inf else {"__float__": _repr(x)}
+        if depth > 60:
+            raise _ValueError("nested too deep")
+        if t is _list or t is _tuple:
+            return [frozen(v, depth + 1) for v in _list(x)]
+        if t is _dict:
+            out = {}
+            for k, v in _list(x.items()):
+                if _type(k) is not _str:
+                    raise _ValueError("a key is not a str")
+                out[k] = frozen(v, depth + 1)
+            return out
+        raise _ValueError("not plain data")
 
     def caller(depth=3, mediated=True):
         """The frame of the submission's code behind the current event, or None when a library raised it.
@@ -317,7 +366,7 @@ def install(config: dict, user_ns: dict | None = None) -> dict:
                     _sigmask(_SIG_SETMASK, old)
 
     # ---------------------------------------------------------------- wrappers: answer helpers, atexit
-    helpers = []
+    helpers, helper_files = [], {}
     for dotted in config.get("answer_helpers", ()):
         mod_name, _, attr = dotted.rpartition(".")
         mod = sys_modules.get(mod_name)
@@ -341,6 +390,12 @@ def install(config: dict, user_ns: dict | None = None) -> dict:
         setattr(mod, attr, wrapper)
         labels[id(wrapper)] = dotted
         helpers.append(dotted)
+        for file in (getattr(mod, "__file__", None), orig.__code__.co_filename):
+            if isinstance(file, str):  # running this file's code again makes a fresh, unwrapped copy
+                for variant in {file, os.path.realpath(file)}:
+                    known = helper_files.get(variant, "")
+                    if dotted not in known.split():
+                        helper_files[variant] = (known + " " + dotted).strip()
     helpers = tuple(helpers)
     _register = atexit.register
 
@@ -457,8 +512,10 @@ def install(config: dict, user_ns: dict | None = None) -> dict:
     processes, ctypes_events = frozenset(PROCESS_EVENTS), frozenset(CTYPES_EVENTS)
     frame_attrs, patch_attrs = frozenset(FRAME_ATTRS), frozenset(PATCH_ATTRS)
     grader_events = frozenset(("gpucourse.phase", "gpucourse.observed", "gpucourse.helper", "gpucourse.atexit"))
+    link_events = frozenset(("os.link", "os.rename"))
     interesting = (intros | dynamic | processes | ctypes_events | grader_events
-                   | {"object.__getattr__", "object.__setattr__", "object.__delattr__", "sys.addaudithook", "open"})
+                   | {"object.__getattr__", "object.__setattr__", "object.__delattr__", "sys.addaudithook", "open"}
+                   | link_events)
     REFUSE = object()
 
     def report(category, detail, f):
@@ -505,7 +562,13 @@ def install(config: dict, user_ns: dict | None = None) -> dict:
         if event == "gpucourse.phase":
             on_phase(args)
         elif _len(args) >= 2:
-            emit("observed", (plain(args[0]), plain(args[1], 1 << 40)))
+            # The observation arrives as data and is copied and written here, with the guard's own
+            # primitives: a patch of json (or of anything else) made during the item cannot change it.
+            try:
+                payload = frozen(args[1])
+            except _BaseException:
+                payload = {"error": "the observation held something that is not plain data"}
+            emit("observed", (plain(args[0]), payload))
         return None
 
     def handle(event, args):
@@ -522,9 +585,14 @@ def install(config: dict, user_ns: dict | None = None) -> dict:
                     what = attr + " of " + labels.get(_id(args[0]), "?")
                     emit("changed", (state["phase"], (("replaced", what),)))
             return None
+        if event in link_events:  # a hard link or a move gives the tests another name: read by that name
+            if _len(args) >= 1 and protected_path(args[0], args[2] if _len(args) > 2 else None) is not None:
+                f = origin()
+                if f is not None:
+                    report("reads-tests", event + " " + plain(args[0]), f)
+            return None
         if event == "open":
-            if (_len(args) >= 1 and _type(args[0]) is _str and args[0].rpartition("/")[2] in protected_names
-                    and _realpath(args[0]) in protected):
+            if _len(args) >= 1 and protected_path(args[0]) is not None:
                 # The grader sends the tests as text: only its own traceback formatting opens them. Any
                 # other reader, directly or through a library (importlib, linecache), is the submission.
                 f = origin()
@@ -555,6 +623,18 @@ def install(config: dict, user_ns: dict | None = None) -> dict:
             return None
         if event == "exec" and _len(args) >= 1 and _type(args[0]) is _CodeType and args[0].co_filename in driver_files:
             return None  # running the driver compiled just above (any other code under its name was reported)
+        if (event == "exec" or event == "compile") and _len(args) >= 1 and helper_files:
+            # Every course module was imported before the submission ran, so running the code of one that
+            # holds an answer-bearing helper again (runpy.run_module, importlib's exec_module, reload,
+            # compile of its file) makes a fresh copy of the helper that the wrappers never see.
+            name = (args[0].co_filename if _type(args[0]) is _CodeType
+                    else args[1] if event == "compile" and _len(args) >= 2 else None)
+            fresh = helper_files.get(name) if _type(name) is _str else None
+            if fresh is not None:
+                f = origin()
+                if f is not None:
+                    report("helper-copy", fresh, f)
+                    return None
         if event == "sys.addaudithook":
             report("audit-hook", "sys.addaudithook (refused)", caller())
             return REFUSE

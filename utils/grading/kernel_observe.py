@@ -18,7 +18,7 @@ them), then, item by item:
 Every message goes out as an audit event (``sys.audit``) that the guard's hook, installed before
 the submission ran, writes to the grader's socket: ``gpucourse.phase`` at the start, before each
 item and at the end (each time, the hook compares everything it watches with its record), and
-``gpucourse.observed`` with the JSON text of one item's observation. Nothing is written to a file
+``gpucourse.observed`` with one item's observation as plain data (the guard copies and encodes it). Nothing is written to a file
 or printed for the grader.
 """
 
@@ -57,7 +57,10 @@ def _fresh_module(name: str, path: str, source: str):
     module = types.ModuleType(name)
     module.__file__ = path
     sys.modules[name] = module  # dataclasses look their module up while the class is created
-    exec(compile(source, path, "exec"), module.__dict__)  # noqa: S102 (the grader's own code, read before the run)
+    try:
+        exec(compile(source, path, "exec"), module.__dict__)  # noqa: S102 (the grader's own code, read before the run)
+    finally:
+        sys.modules.pop(name, None)  # then out of the submission's reach (no search of sys.modules finds it)
     del module.__file__  # see _remember
     return module
 
@@ -79,7 +82,9 @@ def run(config_text: str, user_ns: dict, audit=None) -> dict:
     audit = audit or sys.audit
     sent = {}
     audit("gpucourse.phase", "begin", hashlib.sha256(config_text.encode()).hexdigest())
-    config = json.loads(config_text)
+    # A fresh decoder: json.loads would go through json._default_decoder, an instance the guard does not
+    # watch (its class and module functions it does).
+    config = json.JSONDecoder().decode(config_text)
     items = _fresh_module(f"_gpucourse_items_{uuid.uuid4().hex[:8]}", config["items_path"], config["items_src"])
     public = {k: v for k, v in user_ns.items() if not k.startswith("_") and k not in HIDDEN_NAMES}
     ns = items.Namespace(public)
@@ -94,6 +99,7 @@ def run(config_text: str, user_ns: dict, audit=None) -> dict:
                 _remember(path, text)
                 module = items.load_test_source(text, path)
                 module.__dict__.pop("__file__", None)  # see _remember
+                sys.modules.pop(module.__name__, None)  # out of the submission's reach, like the items copy
                 found[source] = {spec.key: (spec, obj) for spec, obj in items.items_in(module)}
             except Exception as exc:
                 errors[source] = f"{type(exc).__name__}: {exc}"[:500]
@@ -117,8 +123,9 @@ def run(config_text: str, user_ns: dict, audit=None) -> dict:
             payload = {"result": items.run_item(spec, obj, ns, timeout).to_dict()}
         else:
             payload = {"error": "the kernel loaded a different kind of item than the grader"}
-        text = json.dumps(payload, allow_nan=True)
-        sent[name] = text
-        audit("gpucourse.observed", name, text)
+        # Plain data, copied and written by the guard itself (never through json, which the
+        # submission may have patched for the length of one call).
+        sent[name] = payload
+        audit("gpucourse.observed", name, payload)
     audit("gpucourse.phase", "end", "")
     return sent

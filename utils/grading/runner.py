@@ -99,6 +99,18 @@ def _placeholder(plan, reason: str) -> list[dict]:
                         "split" if e.split else "inline") for e in plan]
 
 
+def _thaw(value):
+    """An observation as the guard sent it (plain data), with non-finite floats (``{"__float__": "nan"}``)
+    turned back into floats."""
+    if isinstance(value, list):
+        return [_thaw(v) for v in value]
+    if isinstance(value, dict):
+        if len(value) == 1 and value.get("__float__") in ("nan", "inf", "-inf"):
+            return float(value["__float__"])
+        return {k: _thaw(v) for k, v in value.items()}
+    return value
+
+
 def grade_notebook(path: str | Path, lab: str | None = None, extra_tests=(), timeout: float = DEFAULT_TIMEOUT_S,
                    learner: str | None = None, kernel_name: str = "python3", conceal=()) -> GradeReport:
     """Grade one submitted notebook. Never raises for a bad submission; see the module docstring.
@@ -235,10 +247,7 @@ def _run(report: GradeReport, code, tests, plan, helpers, timeout, kernel_name, 
         texts = found.observed.get(e.name, [])
         payload = None
         if len(texts) == 1:
-            try:
-                payload = json.loads(texts[0])
-            except ValueError:
-                payload = None
+            payload = _thaw(texts[0])
         r = judging.judge(e, payload)
         held = found.withheld.get(e.name) or (found.inline_withheld if not e.split else "")
         if held and r["status"] == "pass":

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import time
 
-from gpucourse.grading.items import Fail, expect_raised, item, outcome
+from gpucourse.grading.items import Fail, expect_raised, isolated, item, outcome
 
 STEP_S, LOAD_S, AUGMENT_S, STEPS = 0.02, 0.005, 0.05, 24  # the capstone's numbers, as the lab states them
 
@@ -311,6 +311,34 @@ def _startup_and_util(got, step_s) -> tuple[float, float]:
     return (got[0] if got else math.inf), _steady(_device(got, step_s), step_s)
 
 
+def _costs(stage) -> list:
+    """What a stage says it costs now: [seconds, per_call_s, holds_gil]."""
+    return [stage.seconds, stage.per_call_s, bool(stage.holds_gil)]
+
+
+def _busy(lanes) -> dict:
+    """Seconds each stage was busy in total, from its recorded busy periods."""
+    out = {"load": 0.0, "augment": 0.0}
+    for e in lanes.events():
+        name = e.lane.split(" #")[0]
+        if name in out:
+            out[name] += e.end_s - e.start_s
+    return out
+
+
+def _check_costs(att, load, aug, n):
+    """The stages cost what the case says, before and after the run, and were busy that long."""
+    want = [load, 0.0, False], [aug, 0.0, False]
+    if any(c != w for c, w in zip(att.get("costs", []), want * 2)) or len(att.get("costs", [])) != 4:
+        raise Fail(f"fast_pipeline changed the stages it was given (their costs are now {att.get('costs')}; the "
+                   f"check made them {list(want)}): make the pipeline fast, not its work cheaper")
+    for name, cost in (("load", load), ("augment", aug)):
+        busy = att.get("busy", {}).get(name, 0.0)
+        if busy < 0.9 * n * cost:
+            raise Fail(f"the {name} stage was busy {busy * 1e3:.0f} ms for {n} elements that cost {cost * 1e3:.0f} ms "
+                       "each: its work was skipped or made cheaper while the check ran")
+
+
 @item("q4", points=5, title="fast_pipeline keeps the simulated accelerator busy >= 90% of the time")
 class q4:
     def cases(rng):
@@ -328,15 +356,19 @@ class q4:
         attempts = []
         for _ in range(case["attempts"]):  # up to two measurements; the judge grades the better one (a noisy machine)
             lanes = simulate.Lanes()
-            load = simulate.Stage(case["load_s"], lambda v: a * v + b, "load", lanes=lanes)
-            augment = simulate.Stage(case["augment_s"], lambda v: c * v, "augment", lanes=lanes)
+            # The stages' functions lead nowhere (no __globals__ of this module); the stages themselves the
+            # learner's code may change, so what they cost, and how long they were busy, is observed.
+            load = simulate.Stage(case["load_s"], isolated("lambda v: a * v + b", a=a, b=b), "load", lanes=lanes)
+            augment = simulate.Stage(case["augment_s"], isolated("lambda v: c * v", c=c), "augment", lanes=lanes)
             ds = fn(simulate.source(values=case["values"]), load, augment)
             if not isinstance(ds, tf.data.Dataset):
                 return {"type": type(ds).__name__}
             before = [load.elements, augment.elements]
+            costs = [_costs(load), _costs(augment)]
             got, values = _drain(ds, lanes, n + 1)
             attempts.append({"before": before, "got": got, "values": values,
-                             "calls": [load.elements, augment.elements]})
+                             "calls": [load.elements, augment.elements],
+                             "costs": costs + [_costs(load), _costs(augment)], "busy": _busy(lanes)})
             startup, util = _startup_and_util(got, case["step_s"])
             if startup <= STARTUP_FACTOR * (case["load_s"] + case["augment_s"]) and util >= UTILISATION_TARGET:
                 break  # measure again only when the first run fell short
@@ -358,6 +390,7 @@ class q4:
             if len(got) != n or not all(isinstance(v, int) for v in got) or sorted(got) != want:
                 raise Fail(f"with a source of {n} random ints, load(v) = {a}*v + {b} and augment(v) = {c}*v, "
                            f"expected {n} elements augment(load(v)) (e.g. {want[:3]}), got {len(got)}: {got[:3]}...")
+            _check_costs(att, load, aug, n)
             if min(att["calls"]) < n:
                 raise Fail(f"every element must go through load and augment: they ran {att['calls'][0]} and "
                            f"{att['calls'][1]} times for {n} elements")
