@@ -321,6 +321,32 @@ def _reference_sgd(w, b, x, y, lr, batch):
     return w, b
 
 
+def _TrainingPasses():
+    """A pass-through Keras layer that counts training passes and their smallest and largest batch (in variables
+    of the model: its compiled training step updates them, whichever way the learner runs it)."""
+    import keras
+    import tensorflow as tf
+
+    class TrainingPasses(keras.layers.Layer):
+        def build(self, shape):
+            self.stats = self.add_weight(shape=(3,), initializer="zeros", trainable=False, dtype="int64",
+                                         name="passes")
+            self.stats.assign([0, 0, 2**62])
+
+        def call(self, x, training=None):
+            if training:
+                rows = tf.cast(tf.shape(x)[0], "int64")
+                s = self.stats
+                s.assign(tf.stack([s[0] + 1, tf.maximum(s[1], rows), tf.minimum(s[2], rows)]))
+            return x
+
+        def seen(self):
+            n, hi, lo = (int(v) for v in self.stats.numpy())
+            return [n, hi, lo if n else 0]
+
+    return TrainingPasses()
+
+
 @item("q4", points=3, title="train_with_accumulation matches one big-batch step per effective batch")
 class q4:
     def cases(rng):
@@ -344,8 +370,11 @@ class q4:
 
         fn = ns.function("train_with_accumulation")
         x, y = np.array(case["x"], "float32"), np.array(case["y"], "float32")
-        model = keras.Sequential([keras.Input((x.shape[1],)), keras.layers.Dense(1)])
-        model.set_weights([np.array(case["w0"], "float32"), np.array(case["b0"], "float32")])
+        # The process, not only the end state: a layer in front counts the training passes and the rows they
+        # held, and the optimizer says how many (micro-)steps it applied.
+        dense, tally = keras.layers.Dense(1), _TrainingPasses()
+        model = keras.Sequential([keras.Input((x.shape[1],)), tally, dense])
+        dense.set_weights([np.array(case["w0"], "float32"), np.array(case["b0"], "float32")])
         if case.get("bad"):
             return {"result": outcome(lambda: fn(model, x, y, case["micro"], case["effective"], case["lr"]))}
         # On Ampere and newer GPUs float32 matmuls default to TF32 (10 mantissa bits), which misses the
@@ -357,9 +386,12 @@ class q4:
         finally:
             tf.config.experimental.enable_tensor_float_32_execution(tf32)
         opt = getattr(model, "optimizer", None)
-        w, b = model.get_weights()
+        w, b = dense.get_weights()
+        iterations = getattr(opt, "iterations", None)
         return {"returned_model": out is model, "optimizer": type(opt).__name__ if opt is not None else None,
-                "accumulation": getattr(opt, "gradient_accumulation_steps", None), "w": w, "b": b}
+                "accumulation": getattr(opt, "gradient_accumulation_steps", None), "w": w, "b": b,
+                "iterations": int(iterations.numpy()) if hasattr(iterations, "numpy") else None,
+                "passes": tally.seen()}
 
     def judge(case, seen):
         import numpy as np
@@ -383,6 +415,13 @@ class q4:
             raise Fail(f"on {n} random examples with micro_batch={micro}, effective_batch={eff}, "
                        f"learning_rate={lr}: the weights differ from {n // eff} SGD steps with batch {eff} by "
                        f"{err:.3g} (allowed 1e-4). Train in order (shuffle=False) with plain SGD and loss 'mse'.")
+        passes, biggest, smallest = seen.get("passes") or [0, 0, 0]
+        if passes != n // micro or biggest != micro or smallest != micro or seen.get("iterations") != n // eff:
+            raise Fail(f"the weights are right, but the training was not {n // micro} passes on micro-batches of "
+                       f"{micro} and {n // eff} optimizer updates: the model saw {passes} training pass(es) of "
+                       f"{smallest} to {biggest} rows and its optimizer made {seen.get('iterations')} update(s). Compile the model with an optimizer "
+                       f"that accumulates {steps} micro-batches and train it on batches of {micro} (not on big "
+                       "batches, nor with another optimizer that you replace afterwards).")
         want_acc = steps if steps > 1 else None
         if seen["optimizer"] != "SGD" or seen["accumulation"] != want_acc:
             raise Fail(f"the weights are right, but with micro_batch={micro} and effective_batch={eff} the model "
