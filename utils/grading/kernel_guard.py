@@ -144,7 +144,7 @@ def install(config: dict, user_ns: dict | None = None) -> dict:
     _write, _perf, _sleep, interval = os.write, time.perf_counter, time.sleep, WATCH_INTERVAL_S
     _getframe, _current_frames, _get_ident = sys._getframe, sys._current_frames, _thread.get_ident
     _audit, _ncallbacks, _allocate_lock = sys.audit, atexit._ncallbacks, _thread.allocate_lock
-    _join = "".join
+    _join, _next = "".join, next
     _CodeType = types.CodeType
     from hashlib import sha256 as _sha256_new
 
@@ -374,13 +374,30 @@ def install(config: dict, user_ns: dict | None = None) -> dict:
         if not isinstance(orig, types.FunctionType):
             continue
 
-        def make(orig=orig, index=len(helpers)):
-            def helper(*args, **kwargs):
+        def make(fn, index):
+            # The original lives only in generator frames (reading gi_frame is reported), never in the
+            # wrapper's closure: helper.__closure__ leads to no unwrapped copy. Each call runs in its own
+            # generator, so recursion and threads work.
+            def one(fn, args, kwargs):
                 _audit("gpucourse.helper", index)
-                return orig(*args, **kwargs)
+                yield fn(*args, **kwargs)
+
+            def keeper(fn):
+                request = yield None
+                while True:
+                    request = yield one(fn, *request)
+
+            keep = keeper(fn)
+            _next(keep)
+            send, lock = keep.send, _allocate_lock()
+
+            def helper(*args, **kwargs):
+                with lock:
+                    call = send((args, kwargs))
+                return _next(call)
             return helper
 
-        wrapper = make()
+        wrapper = make(orig, len(helpers))
         for name in ("__name__", "__qualname__", "__doc__", "__module__"):
             setattr(wrapper, name, getattr(orig, name))
         try:

@@ -395,7 +395,7 @@ def _train_step(strategy, model, optimizer, global_batch):
     return step
 
 
-def _fresh_run(strategy, case, kernel, bias):
+def _fresh_run(strategy, case, kernel, bias, targets="y"):
     """Model, built momentum optimizer, step function and dataset for one launch of q5's training."""
     import keras
     import numpy as np
@@ -405,7 +405,7 @@ def _fresh_run(strategy, case, kernel, bias):
     with strategy.scope():
         optimizer = keras.optimizers.SGD(case["lr"], momentum=case["momentum"])
         optimizer.build(model.trainable_variables)  # momentum slots now, under the scope
-    data = tf.data.Dataset.from_tensor_slices((np.array(case["x"], "float32"), np.array(case["y"], "float32")))
+    data = tf.data.Dataset.from_tensor_slices((np.array(case["x"], "float32"), np.array(case[targets], "float32")))
     return model, optimizer, _train_step(strategy, model, optimizer, case["gbs"]), data.batch(case["gbs"])
 
 
@@ -421,14 +421,19 @@ class q5:
             out.append({"steps": steps, "save_every": save_every, "crash_at": crash, "gbs": gbs, "lr": 0.05,
                         "momentum": 0.9, "x": _matrix(rng, steps * gbs, feats), "y": _matrix(rng, steps * gbs, outs),
                         "kernel": _matrix(rng, feats, outs, 0.5), "bias": [0.0] * outs,
-                        "fresh_kernel": _matrix(rng, feats, outs, 0.5)})
+                        "fresh_kernel": _matrix(rng, feats, outs, 0.5),
+                        # the restart's data: other targets, so only a restart that trains (from what was
+                        # saved on disk) ends at the right weights, not one that replays a run kept in memory
+                        "y_restart": _matrix(rng, steps * gbs, outs)})
         return out
 
     def observe(ns, case):
         import shutil
         import tempfile
 
-        from gpucourse.grading.items import plain
+        import numpy as np
+
+        from gpucourse.grading.items import counted, plain
 
         from gpucourse import distribute
 
@@ -437,23 +442,31 @@ class q5:
         folder = tempfile.mkdtemp(prefix="gpucourse-lab04-")
         try:
             model, optimizer, step_fn, data = _fresh_run(strategy, case, case["kernel"], case["bias"])
-            first_steps = []
+            first_steps, at_kill = [], []
 
             def fail_after(k):
                 first_steps.append(plain(k))
                 if k == case["crash_at"]:
+                    at_kill.extend(v.numpy().copy() for v in model.variables + optimizer.variables)
                     raise _WorkerKilled(f"simulated failure after step {k}")
 
+            # on_step reaches neither this log nor the model through __closure__ (see counted)
+            on_step, _ = counted(fail_after)
             try:
-                fn(strategy, model, optimizer, step_fn, data, case["steps"], folder, case["save_every"], fail_after)
+                fn(strategy, model, optimizer, step_fn, data, case["steps"], folder, case["save_every"], on_step)
                 first = "finished"
             except _WorkerKilled:
                 first = "killed"
-            # The restart: a new process would build everything again, from *other* initial weights.
-            model, optimizer, step_fn, data = _fresh_run(strategy, case, case["fresh_kernel"], case["bias"])
+            if first == "killed" and at_kill and any(not np.array_equal(a, v.numpy()) for a, v in
+                               zip(at_kill, model.variables + optimizer.variables)):
+                first = "went on"  # a dead worker trains no further
+            # The restart: a new process would build everything again, from *other* initial weights, and here
+            # the data after the checkpoint differs too.
+            model, optimizer, step_fn, data = _fresh_run(strategy, case, case["fresh_kernel"], case["bias"],
+                                                         "y_restart")
             second_steps = []
             losses = fn(strategy, model, optimizer, step_fn, data, case["steps"], folder, case["save_every"],
-                        lambda k: second_steps.append(plain(k)))
+                        counted(lambda k: second_steps.append(plain(k)))[0])
             return {"first": first, "first_steps": first_steps, "second_steps": second_steps,
                     "losses": plain(losses), "weights": [w.tolist() for w in model.get_weights()]}
         finally:
@@ -466,6 +479,10 @@ class q5:
         gbs = case["gbs"]
         batches = [(case["x"][k * gbs:(k + 1) * gbs], case["y"][k * gbs:(k + 1) * gbs]) for k in range(steps)]
         where = f"(steps={steps}, save_every={every}, killed after step {crash})"
+        if seen["first"] == "went on":
+            raise Fail(f"the check killed the first run after step {crash}, yet its model and optimizer changed "
+                       "afterwards: a killed worker trains no further. Let what on_step raises propagate; after "
+                       "the restart only what was saved on disk is left.")
         if seen["first"] != "killed" or seen["first_steps"] != list(range(1, crash + 1)):
             raise Fail(f"the first run should call on_step(k) after each step k = 1, 2, ... and let what on_step "
                        f"raises propagate; the check kills the run after step {crash}. on_step saw "
@@ -480,6 +497,8 @@ class q5:
                        f"it called it for {got_steps[:12]}. "
                        + ("Restore the latest checkpoint (model, optimizer and the step counter) before training."
                           if first == 1 else "Restore the LATEST checkpoint, and keep the step counter in it."))
+        later = [(case["x"][k * gbs:(k + 1) * gbs], case["y_restart"][k * gbs:(k + 1) * gbs]) for k in range(steps)]
+        batches = batches[:resume] + later[resume:]  # the restart trains on its own data
         ref_losses, w, b, _ = _sgd_linear(case["kernel"], case["bias"], batches, case["lr"], case["momentum"])
         got_w = [np.array(a) for a in seen["weights"]]
         if max(float(np.abs(g - r).max()) for g, r in zip(got_w, (w, b))) <= 1e-3:
@@ -492,7 +511,7 @@ class q5:
         # Diagnose with the wrong answers the classic mistakes give.
         _, w0, b0, vel = _sgd_linear(case["kernel"], case["bias"], batches[:resume], case["lr"], case["momentum"])
         _, nw, nb, _ = _sgd_linear(w0, b0, batches[resume:], case["lr"], case["momentum"])  # momentum lost
-        _, dw, db, _ = _sgd_linear(w0, b0, batches[:steps - resume], case["lr"], case["momentum"], vel)  # no skip
+        _, dw, db, _ = _sgd_linear(w0, b0, later[:steps - resume], case["lr"], case["momentum"], vel)  # no skip
 
         def close(pair):
             return max(float(np.abs(g - r).max()) for g, r in zip(got_w, pair)) <= 1e-3
@@ -506,4 +525,4 @@ class q5:
         else:
             hint = "Checkpoint model, optimizer and step counter together, restore all three, and skip the batches already seen."
         raise Fail(f"after the restart {where} the final weights differ from an uninterrupted run of {steps} "
-                   f"steps by up to {max(float(np.abs(g - r).max()) for g, r in zip(got_w, (w, b))):.2g}. {hint}")
+                   f"steps (on the restart's own data after step {resume}) by up to {max(float(np.abs(g - r).max()) for g, r in zip(got_w, (w, b))):.2g}. {hint}")

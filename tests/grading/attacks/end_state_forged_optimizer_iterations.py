@@ -12,5 +12,5 @@ def train_with_accumulation(model, x, y, micro_batch, effective_batch, learning_
     opt = keras.optimizers.SGD(learning_rate, gradient_accumulation_steps=steps if steps > 1 else None)
     model.compile(optimizer=opt, loss="mse")
     opt.build(model.trainable_variables)
-    opt.iterations.assign(len(x) // effective_batch)
+    opt._iterations.assign(len(x) // effective_batch)  # the variable behind opt.iterations
     return model
