@@ -49,10 +49,10 @@ def expected(path: Path) -> dict:
     return json.loads(path.with_suffix(".expected.json").read_text())
 
 
-#: Attacks whose submission is withheld as a whole (the rest run from test_attacks_flagged.py, so
-#: that pytest-xdist's --dist loadfile spreads the kernels over both workers).
-WITHHELD = [p for p in FILES if expected(p)["status"] == "tampered"]
-FLAGGED = [p for p in FILES if expected(p)["status"] != "tampered"]
+#: Every other attack runs here, the rest from test_attacks_flagged.py, so that pytest-xdist's
+#: --dist loadfile spreads the kernels evenly over both workers.
+WITHHELD = FILES[::2]
+FLAGGED = FILES[1::2]
 BASES = {"lab": "labs", "solution": "solutions"}
 
 
@@ -64,13 +64,30 @@ def base_notebook(want: dict) -> Path:
 def test_every_attack_class_has_a_golden_file():
     classes = {expected(p)["class"] for p in FILES}
     for needed in ("stdlib replacement", "frame introspection", "class patching", "helper import",
-                   "fixture special-casing", "late action"):
+                   "fixture special-casing", "late action",
+                   # issue 22 §2: each class has the issue's attack and at least one more
+                   "serialisation patched for one call", "objects the check passes in, mutated",
+                   "a fresh copy of a course module", "reading the tests by another path",
+                   "closures (the check's own state)", "judged by the end state", "a fake object claiming"):
         assert any(needed in c for c in classes), f"no attack notebook for the class {needed!r}"
+        if needed in ISSUE_22:
+            count = sum(needed in expected(p)["class"] for p in FILES)
+            assert count >= 2, f"the class {needed!r} needs the issue's attack and one more, has {count}"
+
+
+#: Attack classes of issue 22 §2: each has at least two attack notebooks.
+ISSUE_22 = ("serialisation patched for one call", "objects the check passes in, mutated",
+            "a fresh copy of a course module", "reading the tests by another path",
+            "closures (the check's own state)", "judged by the end state", "a fake object claiming")
 
 
 @pytest.mark.parametrize("path", WITHHELD, ids=lambda p: p.stem)
-def test_attack_is_withheld(path, tmp_path):
+def test_attack_gets_its_golden_outcome(path, tmp_path):
     check_attack(path, tmp_path)
+
+
+def test_the_two_files_run_every_attack():
+    assert sorted(WITHHELD + FLAGGED) == FILES
 
 
 def check_attack(path: Path, tmp_path: Path) -> None:
