@@ -316,7 +316,7 @@ def _costs(stage) -> list:
     return [stage.seconds, stage.per_call_s, bool(stage.holds_gil)]
 
 
-def _busy(lanes) -> dict:
+def _stage_busy(lanes) -> dict:
     """Seconds each stage was busy in total, from its recorded busy periods."""
     out = {"load": 0.0, "augment": 0.0}
     for e in lanes.events():
@@ -368,7 +368,7 @@ class q4:
             got, values = _drain(ds, lanes, n + 1)
             attempts.append({"before": before, "got": got, "values": values,
                              "calls": [load.elements, augment.elements],
-                             "costs": costs + [_costs(load), _costs(augment)], "busy": _busy(lanes)})
+                             "costs": costs + [_costs(load), _costs(augment)], "busy": _stage_busy(lanes)})
             startup, util = _startup_and_util(got, case["step_s"])
             if startup <= STARTUP_FACTOR * (case["load_s"] + case["augment_s"]) and util >= UTILISATION_TARGET:
                 break  # measure again only when the first run fell short
