@@ -390,6 +390,11 @@ def assess(records, problems: list[str], plan_names: list[str], config_digest: s
                 a.tampering.append(f"{TAMPER[category]} ({label})")
             elif category in INTROSPECTION:
                 a.flags.append(f"inspected the running program: {label}")
+                if item:  # a check's own state (counted calls, the functions it hands over) lives in frames
+                    a.withheld.setdefault(item, (
+                        f"Marks withheld: while this item was graded your code inspected the running program "
+                        f"({label}), which can reach the check's own state. Solve the item without sys._getframe, "
+                        "inspect, gc or tracing."))
                 a.inline_withheld = a.inline_withheld or (
                     f"Marks withheld: your code inspected the running program ({label}), which can read a "
                     "check's expected answers. Solve the item without sys._getframe, inspect, gc or tracing.")
