@@ -72,10 +72,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Mapping
 
-__all__ = ["Fail", "ItemResult", "ItemTimeout", "ItemSpec", "Namespace", "NotDefined", "Observed", "counted", "expect_raised",
-           "expect_raises", "is_split", "isolated", "item", "items_in", "judge_item", "lab_ids", "lab_test_path", "load_test_file",
-           "language", "load_test_source", "make_cases", "observe_item", "outcome", "plain", "round_trip",
-           "run_item", "score_table", "tr"]
+__all__ = ["Fail", "ItemResult", "ItemTimeout", "ItemSpec", "Namespace", "NotDefined", "Observed", "counted",
+           "expect_raised", "expect_raises", "is_split", "isolated", "item", "items_in", "judge_item", "lab_ids",
+           "lab_test_path", "load_test_file", "language", "load_test_source", "make_cases", "observe_item", "outcome",
+           "plain", "round_trip", "run_item", "score_table", "tr"]
 
 LABTESTS_DIR = Path(__file__).resolve().parent.parent / "labtests"
 _MARK = "__gpucourse_item__"

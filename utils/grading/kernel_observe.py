@@ -18,8 +18,8 @@ them), then, item by item:
 Every message goes out as an audit event (``sys.audit``) that the guard's hook, installed before
 the submission ran, writes to the grader's socket: ``gpucourse.phase`` at the start, before each
 item and at the end (each time, the hook compares everything it watches with its record), and
-``gpucourse.observed`` with one item's observation as plain data (the guard copies and encodes it). Nothing is written to a file
-or printed for the grader.
+``gpucourse.observed`` with one item's observation as plain data (the guard copies and encodes it).
+Nothing is written to a file or printed for the grader.
 """
 
 from __future__ import annotations

@@ -419,8 +419,9 @@ class q4:
         if passes != n // micro or biggest != micro or smallest != micro or seen.get("iterations") != n // eff:
             raise Fail(f"the weights are right, but the training was not {n // micro} passes on micro-batches of "
                        f"{micro} and {n // eff} optimizer updates: the model saw {passes} training pass(es) of "
-                       f"{smallest} to {biggest} rows and its optimizer made {seen.get('iterations')} update(s). Compile the model with "
-                       f"keras.optimizers.SGD(learning_rate, gradient_accumulation_steps={steps if steps > 1 else None}) "
+                       f"{smallest} to {biggest} rows and its optimizer made {seen.get('iterations')} update(s). "
+                       f"Compile the model with keras.optimizers.SGD(learning_rate, gradient_accumulation_steps="
+                       f"{steps if steps > 1 else None}) "
                        f"and train it on batches of {micro} (not on big batches, nor with another optimizer that you "
                        "replace afterwards).")
         want_acc = steps if steps > 1 else None
