@@ -110,7 +110,7 @@ lab: lab-env $(if $(ZH),lab-zh,lab-settings)
 	  --LabApp.default_url=/lab/tree/$(FIRST_NOTEBOOK) $(FIRST_NOTEBOOK)
 
 test: env system-deps
-	$(PY) -m pytest -n $(JOBS) --dist loadfile $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(JOBS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 # The website: stored outputs only, nothing is executed (site/build.py, site/conf.py).
 site: env
