@@ -244,3 +244,23 @@ def test_assess_withholds_for_replacements_forgeries_and_disorder():
     other = assess([_rec("phase", ("begin", "abc")), _rec("phase", ("item", "public:q1")),
                     _rec("observed", ("public:q1", "{}")), _rec("end", (1,))], [], plan, config_digest="def")
     assert other.tampering == ["the kernel received other tests or cases than the grader sent"]
+
+
+def test_a_parse_hit_by_cpython_311s_shared_ast_state_is_tried_again(monkeypatch):
+    """Two threads parsing at once can make CPython 3.11's AST builder raise SystemError; the scan must not."""
+    import ast
+
+    from gpucourse.grading import integrity
+
+    real, calls = ast.parse, []
+
+    def flaky(text, *a, **k):
+        calls.append(text)
+        if len(calls) == 1:
+            raise SystemError("AST constructor recursion depth mismatch (before=147, after=201)")
+        return real(text, *a, **k)
+
+    monkeypatch.setattr(integrity.ast, "parse", flaky)
+    assert isinstance(integrity.parse_python("x = 1"), ast.Module) and len(calls) == 2
+    with pytest.raises(SyntaxError):
+        integrity.parse_python("x = = 1")

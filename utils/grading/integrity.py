@@ -17,6 +17,8 @@ from __future__ import annotations
 import ast
 import importlib
 import re
+import threading
+import time
 from dataclasses import dataclass, field
 
 __all__ = ["ANSWER_HELPERS", "Assessment", "assess", "check_helper_name", "guard_config", "helper_items",
@@ -223,12 +225,34 @@ def _resolve(name: str | None, aliases: dict[str, str]) -> str | None:
     return aliases[head] + ("." + rest if rest else "")
 
 
+_AST_LOCK = threading.Lock()
+
+
+def parse_python(text: str) -> ast.Module:
+    """``ast.parse(text)``, safe from CPython 3.11's shared AST state.
+
+    CPython 3.11 keeps the AST builder's recursion depth in state shared by the threads of a process, so a
+    parse that overlaps another one (a second grading thread, or a library's, e.g. AutoGraph) can fail with
+    ``SystemError: AST constructor recursion depth mismatch``. The grader's own parses take one lock, and a
+    parse hit by a library's is tried again; a ``SyntaxError`` is the caller's to handle, as with ``ast.parse``.
+    """
+    for attempt in range(5):
+        try:
+            with _AST_LOCK:
+                return ast.parse(text)
+        except SystemError:
+            if attempt == 4:
+                raise
+            time.sleep(0.05 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
 def template_imports(sources: list[str]) -> set[str]:
     """Course modules and names the lab's own notebook imports (what a submission may use freely)."""
     names = set()
     for src in sources:
         try:
-            tree = ast.parse(strip_magics(src))
+            tree = parse_python(strip_magics(src))
         except SyntaxError:
             continue
         names |= set(_course_imports(tree).values())
@@ -255,7 +279,7 @@ def scan_source(sources: list[str], lab: str | None = None, template: list[str] 
         if src.strip() in unchanged:
             continue
         try:
-            parsed.append((i, ast.parse(strip_magics(src))))
+            parsed.append((i, parse_python(strip_magics(src))))
         except SyntaxError:
             continue
     imported = set()

@@ -24,6 +24,7 @@ import secrets
 import threading
 from dataclasses import dataclass, field
 
+from .integrity import parse_python
 from .items import ItemResult, ItemSpec, is_split, items_in, judge_item, load_test_source, make_cases
 
 __all__ = ["PlanEntry", "judge", "kernel_source", "load_tests", "make_plan", "needs_tensorflow", "warm_up"]
@@ -137,8 +138,8 @@ def _imports_tf(node) -> bool:
 def needs_tensorflow(text: str) -> bool:
     """True if the test file's ``cases``/``judge`` (or module code they call) import TensorFlow or Keras."""
     try:
-        tree = ast.parse(text)
-    except (SyntaxError, SystemError):  # SystemError: CPython 3.11's AST builder used by two threads
+        tree = parse_python(text)
+    except (SyntaxError, SystemError):  # SystemError: see parse_python
         return False
     if any(_imports_tf(n) for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))):
         return True
@@ -202,8 +203,8 @@ def kernel_source(text: str) -> str:
     that does not parse is returned as it is (the kernel reports the error).
     """
     try:
-        tree = ast.parse(text)
-    except (SyntaxError, SystemError):
+        tree = parse_python(text)
+    except (SyntaxError, SystemError):  # SystemError: see parse_python
         return text
     lines = text.splitlines()
     blank: set[int] = set()  # 0-based line numbers to empty
