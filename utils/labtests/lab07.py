@@ -7,13 +7,14 @@ the learner's kernel on simulated workloads from :mod:`gpucourse.simulate`
 ``judge`` computes every expected answer and bound here, from the case, with
 the private reference functions below (never with a course helper). Timings
 are structural (sleeps), so the thresholds can be generous.
+Every message goes through ``tr`` (the zh_CN catalogue, ``grading/locale/zh_CN.po``).
 """
 
 from __future__ import annotations
 
 import math
 
-from gpucourse.grading.items import Fail, expect_raised, isolated, item, outcome
+from gpucourse.grading.items import Fail, expect_raised, isolated, item, outcome, tr
 
 
 def _bound(n, stages):
@@ -71,7 +72,9 @@ def _device_end(got, step_s) -> float:
 
 
 def _sample(values, k=6) -> str:
-    return str(values) if len(values) <= k else f"[{', '.join(map(str, values[:k]))}, ...] ({len(values)} values)"
+    if len(values) <= k:
+        return str(values)
+    return tr("[{head}, ...] ({n} values)", head=", ".join(map(str, values[:k])), n=len(values))
 
 
 # --------------------------------------------------------------------------- q1
@@ -105,24 +108,25 @@ class q1:
         call = (f"pipeline_bound({n}, {p}, {c})" if case.get("default")
                 else f"pipeline_bound(n={n}, produce_s={p}, step_s={c}, parallelism={k})")
         if "raised" in seen:
-            raise Fail(f"{call} raised {seen['raised']}: {seen['message']}, but these inputs are valid")
+            raise Fail(tr("{call} raised {raised}: {message}, but these inputs are valid", call=call,
+                          raised=seen["raised"], message=seen["message"]))
         got, want = seen["value"], _pair_bound(n, p, c, k)
         if _close(got, want):
             return
         hint = ""
         if _close(got, n * max(p / k, c)):
-            hint = (" That is n elements at the pace of the slowest stage, without the fill: the first element "
-                    "must pass through both stages (produce_s + step_s) before the pipeline is full.")
+            hint = tr(" That is n elements at the pace of the slowest stage, without the fill: the first element "
+                      "must pass through both stages (produce_s + step_s) before the pipeline is full.")
         elif _close(got, p + c + n * max(p / k, c)):
-            hint = " After the fill, only n - 1 elements remain."
+            hint = tr(" After the fill, only n - 1 elements remain.")
         elif k > 1 and _close(got, _pair_bound(n, p, c, 1)):
-            hint = f" With parallelism={k}, the producer delivers an element every produce_s / {k} seconds."
+            hint = tr(" With parallelism={k}, the producer delivers an element every produce_s / {k} seconds.", k=k)
         elif _close(got, n * (p + c)):
-            hint = " That is the time with nothing overlapping, not the bound."
+            hint = tr(" That is the time with nothing overlapping, not the bound.")
         elif case.get("default"):
-            hint = " Without a parallelism argument, use parallelism=1."
-        raise Fail(f"{call} should be {want:.6f} s (produce + step + (n - 1) * max(produce / parallelism, step)), "
-                   f"got {got!r}.{hint}")
+            hint = tr(" Without a parallelism argument, use parallelism=1.")
+        raise Fail(tr("{call} should be {want:.6f} s (produce + step + (n - 1) * max(produce / parallelism, step)), "
+                      "got {got}.{hint}", call=call, want=want, got=repr(got), hint=hint))
 
 
 # --------------------------------------------------------------------------- q2
@@ -152,20 +156,21 @@ class q2:
 
     def judge(case, seen):
         if not seen["options"]:
-            raise Fail(f"naive_options() should return a tf.data.Options, got a {seen['type']}")
+            raise Fail(tr("naive_options() should return a tf.data.Options, got a {kind}", kind=seen["type"]))
         if seen["inject_prefetch"] is not False:
-            raise Fail("naive_options().experimental_optimization.inject_prefetch should be False, got "
-                       f"{seen['inject_prefetch']!r}: TensorFlow then appends a prefetch by itself")
+            raise Fail(tr("naive_options().experimental_optimization.inject_prefetch should be False, got "
+                          "{got}: TensorFlow then appends a prefetch by itself", got=repr(seen["inject_prefetch"])))
         if seen["autotune"] is not False:
-            raise Fail(f"naive_options().autotune.enabled should be False, got {seen['autotune']!r}")
+            raise Fail(tr("naive_options().autotune.enabled should be False, got {got}", got=repr(seen["autotune"])))
         if seen["delivered"] != _decoded(case):
-            raise Fail(f"with your options the pipeline delivered {_sample(seen['delivered'])}, expected "
-                       f"{_sample(_decoded(case))}")
+            raise Fail(tr("with your options the pipeline delivered {got}, expected {want}",
+                          got=_sample(seen["delivered"]), want=_sample(_decoded(case))))
         serial = case["n"] * (case["decode_s"] + case["step_s"])
         if seen["seconds"] < 0.85 * serial:
-            raise Fail(f"{case['n']} elements of {case['decode_s'] * 1e3:g} ms decode + {case['step_s'] * 1e3:g} ms "
-                       f"step took {seen['seconds'] * 1e3:.0f} ms with your options; with nothing overlapping they "
-                       f"take at least {serial * 1e3:.0f} ms, so something still prefetches")
+            raise Fail(tr("{n} elements of {decode_ms:g} ms decode + {step_ms:g} ms step took {took_ms:.0f} ms with "
+                          "your options; with nothing overlapping they take at least {serial_ms:.0f} ms, so something "
+                          "still prefetches", n=case["n"], decode_ms=case["decode_s"] * 1e3,
+                          step_ms=case["step_s"] * 1e3, took_ms=seen["seconds"] * 1e3, serial_ms=serial * 1e3))
 
 
 # --------------------------------------------------------------------------- q3
@@ -205,25 +210,32 @@ class q3:
 
     def judge(case, seen):
         if seen["type"] != "Dataset":
-            raise Fail(f"tuned_pipeline(source, decode) should return a tf.data.Dataset, got a {seen['type']}")
+            raise Fail(tr("tuned_pipeline(source, decode) should return a tf.data.Dataset, got a {kind}",
+                          kind=seen["type"]))
         n, want = case["n"], _decoded(case)
         for i, e in enumerate(seen["epochs"]):
             if e["delivered"] != want:
-                raise Fail(f"{'in a later epoch ' if i else ''}tuned_pipeline must deliver every decoded record "
-                           f"once: expected {_sample(want)}, got {_sample(e['delivered'])}")
+                if i:
+                    raise Fail(tr("in a later epoch tuned_pipeline must deliver every decoded record once: expected "
+                                  "{want}, got {got}", want=_sample(want), got=_sample(e["delivered"])))
+                raise Fail(tr("tuned_pipeline must deliver every decoded record once: expected {want}, got {got}",
+                              want=_sample(want), got=_sample(e["delivered"])))
             if e["reads"] != n or e["decodes"] != n:
-                raise Fail(f"in epoch {i + 1} of {n} records the source was read {e['reads']} times and decode ran "
-                           f"{e['decodes']} times; both should run {n} times per epoch. Build on `source` and "
-                           "`decode` (no cache here: this item is about overlapping the work, not skipping it)")
+                raise Fail(tr("in epoch {epoch} of {n} records the source was read {reads} times and decode ran "
+                              "{decodes} times; both should run {n} times per epoch. Build on `source` and "
+                              "`decode` (no cache here: this item is about overlapping the work, not skipping it)",
+                              epoch=i + 1, n=n, reads=e["reads"], decodes=e["decodes"]))
         # `source` reads one record after another; decode may run on every record at once. The epoch runs from
         # the first read to the end of the last step of a simulated accelerator fed with the measured deliveries.
         bound = _bound(n, [(case["read_s"], 1), (case["decode_s"], n), (case["step_s"], 1)])
         best = min(_device_end(e["got"], case["step_s"]) for e in seen["epochs"][1:])
         if best / bound > Q3_LIMIT:
-            raise Fail(f"{n} records (read {case['read_s'] * 1e3:g} ms, decode {case['decode_s'] * 1e3:g} ms, step "
-                       f"{case['step_s'] * 1e3:g} ms): your pipeline took {best * 1e3:.0f} ms per epoch, "
-                       f"{best / bound:.2f}x the bound of {bound * 1e3:.0f} ms; it should be within {Q3_LIMIT}x. "
-                       "Is the decode parallel, and does the pipeline end with a prefetch?")
+            raise Fail(tr("{n} records (read {read_ms:g} ms, decode {decode_ms:g} ms, step {step_ms:g} ms): your "
+                          "pipeline took {took_ms:.0f} ms per epoch, {ratio:.2f}x the bound of {bound_ms:.0f} ms; it "
+                          "should be within {limit}x. Is the decode parallel, and does the pipeline end with a "
+                          "prefetch?", n=n, read_ms=case["read_s"] * 1e3, decode_ms=case["decode_s"] * 1e3,
+                          step_ms=case["step_s"] * 1e3, took_ms=best * 1e3, ratio=best / bound,
+                          bound_ms=bound * 1e3, limit=Q3_LIMIT))
 
 
 # --------------------------------------------------------------------------- q4
@@ -236,7 +248,9 @@ def _sizes(sizes):
     head = sizes[0]
     k = next((i for i, v in enumerate(sizes) if v != head), len(sizes))
     rest = sizes[k:]
-    return f"{k} x {head}" + (f", then {rest if len(rest) > 1 else rest[0]}" if rest else "")
+    if not rest:
+        return f"{k} x {head}"
+    return tr("{k} x {head}, then {rest}", k=k, head=head, rest=rest if len(rest) > 1 else rest[0])
 
 
 def _structure(ds) -> list:
@@ -309,42 +323,45 @@ class q4:
     def judge(case, seen):
         n, batch, a, b = case["n"], case["batch"], case["a"], case["b"]
         if seen["type"] != "Dataset":
-            raise Fail(f"epoch_pipeline(source, decode, {batch}) should return a tf.data.Dataset, got a {seen['type']}")
+            raise Fail(tr("epoch_pipeline(source, decode, {batch}) should return a tf.data.Dataset, got a {kind}",
+                          batch=batch, kind=seen["type"]))
         want = _decoded(case)
         want_sizes = [batch] * (n // batch) + ([n % batch] if n % batch else [])
         if _whole_batches_shuffled(seen["epochs"], lambda v: (v - b) // a):
-            raise Fail(f"every batch holds {batch} records that were read one after another: the shuffle came "
-                       "after batch, so it shuffles whole batches and the same records stay together every epoch. "
-                       "Shuffle the records first, then batch them")
+            raise Fail(tr("every batch holds {batch} records that were read one after another: the shuffle came "
+                          "after batch, so it shuffles whole batches and the same records stay together every epoch. "
+                          "Shuffle the records first, then batch them", batch=batch))
         for i, e in enumerate(seen["epochs"]):
             if e["sizes"] != want_sizes:
-                raise Fail(f"with {n} records and batch_size={batch}, epoch {i + 1} should have batch sizes "
-                           f"{_sizes(want_sizes)}, got {_sizes(e['sizes'])}")
+                raise Fail(tr("with {n} records and batch_size={batch}, epoch {epoch} should have batch sizes "
+                              "{want}, got {got}", n=n, batch=batch, epoch=i + 1, want=_sizes(want_sizes),
+                              got=_sizes(e["sizes"])))
             if sorted(e["order"]) != want:
-                raise Fail(f"epoch {i + 1} should deliver each decoded record once ({_sample(want)}), got "
-                           f"{_sample(sorted(e['order']))}")
+                raise Fail(tr("epoch {epoch} should deliver each decoded record once ({want}), got {got}",
+                              epoch=i + 1, want=_sample(want), got=_sample(sorted(e["order"]))))
         if seen["decodes"] != n:
-            raise Fail(f"over 3 epochs of {n} records decode ran {seen['decodes']} times; with the cache in the "
-                       f"right place (after decode) it runs {n} times, once per record")
+            raise Fail(tr("over 3 epochs of {n} records decode ran {decodes} times; with the cache in the right "
+                          "place (after decode) it runs {n} times, once per record", n=n, decodes=seen["decodes"]))
         orders = [e["order"] for e in seen["epochs"]]
         if orders[0] == orders[1] == orders[2]:
-            raise Fail(f"all 3 epochs came in the same order {orders[0][:8]}...: the order is frozen. Shuffle "
-                       "every epoch, after the cache (a cache placed after shuffle replays the first epoch's order)")
+            raise Fail(tr("all 3 epochs came in the same order {order}...: the order is frozen. Shuffle every "
+                          "epoch, after the cache (a cache placed after shuffle replays the first epoch's order)",
+                          order=orders[0][:8]))
         # A shuffle buffer of k can move a record at most k - 1 places ahead of where it was read. A full shuffle
         # moves some record at least 0.9 n ahead in one of 3 epochs (it fails to with chance < exp(-0.015 n) < 1e-7).
         ahead = max((v - b) // a - i for order in orders for i, v in enumerate(order))  # record r is read r-th
         if ahead < MIX * n:
-            raise Fail(f"over 3 epochs of {n} records no record came more than {ahead} places ahead of where it "
-                       "was read: the shuffle buffer is too small to mix the data. Use a buffer of 10 000, bigger "
-                       "than the data")
+            raise Fail(tr("over 3 epochs of {n} records no record came more than {ahead} places ahead of where it "
+                          "was read: the shuffle buffer is too small to mix the data. Use a buffer of 10 000, bigger "
+                          "than the data", n=n, ahead=ahead))
         chain = [(name, size) for name, size in seen["structure"] if "Options" not in name]
-        last_name, last_size = chain[0] if chain else ("nothing", None)
+        last_name, last_size = chain[0] if chain else (tr("nothing"), None)
         if "Prefetch" not in last_name:
-            raise Fail(f"the pipeline should end with a prefetch, so the next batch is prepared while the "
-                       f"accelerator trains; it ends with {last_name.strip('_').replace('Dataset', '') or last_name}. "
-                       "Add .prefetch(tf.data.AUTOTUNE) as the last step")
+            raise Fail(tr("the pipeline should end with a prefetch, so the next batch is prepared while the "
+                          "accelerator trains; it ends with {last}. Add .prefetch(tf.data.AUTOTUNE) as the last step",
+                          last=last_name.strip("_").replace("Dataset", "") or last_name))
         if last_size == 0:
-            raise Fail("the final prefetch has a buffer of 0, which prefetches nothing: use tf.data.AUTOTUNE")
+            raise Fail(tr("the final prefetch has a buffer of 0, which prefetches nothing: use tf.data.AUTOTUNE"))
 
 
 # --------------------------------------------------------------------------- q5
@@ -389,34 +406,37 @@ class q5:
         n, batch, a, b = case["n"], case["batch"], case["a"], case["b"]
         call = f"augmented_pipeline(source, decode, augment, {batch})"
         if seen["type"] != "Dataset":
-            raise Fail(f"{call} should return a tf.data.Dataset, got a {seen['type']}")
+            raise Fail(tr("{call} should return a tf.data.Dataset, got a {kind}", call=call, kind=seen["type"]))
         want_sizes = [batch] * (n // batch) + ([n % batch] if n % batch else [])
         decoded = _decoded(case)
         epochs = seen["epochs"]
         for i, e in enumerate(epochs):
             if e["sizes"] != want_sizes:
-                raise Fail(f"with {n} records and batch_size={batch}, epoch {i + 1} should have batch sizes "
-                           f"{_sizes(want_sizes)}, got {_sizes(e['sizes'])}")
+                raise Fail(tr("with {n} records and batch_size={batch}, epoch {epoch} should have batch sizes "
+                              "{want}, got {got}", n=n, batch=batch, epoch=i + 1, want=_sizes(want_sizes),
+                              got=_sizes(e["sizes"])))
             got = sorted(v // NOISE for v in e["order"])  # augment(decode(r)) = NOISE * decode(r) + noise
             if got != decoded:
-                raise Fail(f"epoch {i + 1} should deliver augment(decode(r)) for every record r once. Take away "
-                           f"augment's random offset and the values should be the decoded records "
-                           f"{_sample(decoded)}, but they are {_sample(got)}. Decode first, then augment, once each")
+                raise Fail(tr("epoch {epoch} should deliver augment(decode(r)) for every record r once. Take away "
+                              "augment's random offset and the values should be the decoded records {want}, but "
+                              "they are {got}. Decode first, then augment, once each", epoch=i + 1,
+                              want=_sample(decoded), got=_sample(got)))
         if seen["decodes"] != n:
-            raise Fail(f"over 3 epochs of {n} records decode ran {seen['decodes']} times; cache its results so "
-                       f"it runs {n} times, once per record")
+            raise Fail(tr("over 3 epochs of {n} records decode ran {decodes} times; cache its results so it runs "
+                          "{n} times, once per record", n=n, decodes=seen["decodes"]))
         first = {v // NOISE: v % NOISE for v in epochs[0]["order"]}
         same = sum(first[v // NOISE] == v % NOISE for v in epochs[1]["order"])
         if same > n // 2:
-            raise Fail(f"{same} of {n} records came out of augment with the same random offset in epochs 1 and 2 "
-                       f"(augment ran {seen['augments']} times in 3 epochs): the augmentation is frozen. A cache "
-                       "after augment replays its first results; put augment after the cache")
+            raise Fail(tr("{same} of {n} records came out of augment with the same random offset in epochs 1 and 2 "
+                          "(augment ran {augments} times in 3 epochs): the augmentation is frozen. A cache after "
+                          "augment replays its first results; put augment after the cache", same=same, n=n,
+                          augments=seen["augments"]))
         if epochs[0]["order"] and [v // NOISE for v in epochs[0]["order"]] == [v // NOISE for v in epochs[1]["order"]]:
-            raise Fail("epochs 1 and 2 delivered the records in the same order: shuffle every epoch, after the "
-                       "cache (a shuffle before the cache is replayed with it)")
+            raise Fail(tr("epochs 1 and 2 delivered the records in the same order: shuffle every epoch, after the "
+                          "cache (a shuffle before the cache is replayed with it)"))
         chain = [(name, size) for name, size in seen["structure"] if "Options" not in name]
-        last_name, last_size = chain[0] if chain else ("nothing", None)
+        last_name, last_size = chain[0] if chain else (tr("nothing"), None)
         if "Prefetch" not in last_name or last_size == 0:
-            raise Fail(f"the pipeline should end with .prefetch(tf.data.AUTOTUNE), so the next batch is prepared "
-                       f"while the accelerator trains; it ends with "
-                       f"{last_name.strip('_').replace('Dataset', '') or last_name}")
+            raise Fail(tr("the pipeline should end with .prefetch(tf.data.AUTOTUNE), so the next batch is prepared "
+                          "while the accelerator trains; it ends with {last}",
+                          last=last_name.strip("_").replace("Dataset", "") or last_name))
