@@ -9,6 +9,7 @@ helper). The capstone (q4) measures in the learner's kernel when the learner's
 pipeline delivers each element; the judge runs a simulated accelerator on those
 deliveries in virtual time (each step exactly 20 ms), so a busy CPU, which
 makes every sleep overshoot, cannot turn a too-slow pipeline into a passing one.
+Every message goes through ``tr`` (the zh_CN catalogue, ``grading/locale/zh_CN.po``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 import math
 import time
 
-from gpucourse.grading.items import Fail, expect_raised, isolated, item, outcome
+from gpucourse.grading.items import Fail, expect_raised, isolated, item, outcome, tr
 
 STEP_S, LOAD_S, AUGMENT_S, STEPS = 0.02, 0.005, 0.05, 24  # the capstone's numbers, as the lab states them
 
@@ -120,19 +121,21 @@ class q1:
     def judge(case, seen):
         trace, got = case["trace"], seen["got"]
         if seen["mutated"]:
-            raise Fail("step_split must not modify the trace it is given")
+            raise Fail(tr("step_split must not modify the trace it is given"))
         if seen["type"] != "list" or not all(isinstance(r, dict) for r in got):
-            raise Fail(f"step_split should return a list of dicts, got {seen['type']}: {got!r}"[:300])
+            raise Fail(tr("step_split should return a list of dicts, got {kind}: {got}", kind=seen["type"],
+                          got=repr(got))[:300])
         want = _split(trace)
         steps, want_steps = [r.get("step") for r in got], [r["step"] for r in want]
         if steps != want_steps:
             hint = ""
             if sorted(steps, key=str) == steps and sorted(steps) == want_steps:
-                hint = " Sort by the step number as a number: 9 comes before 10."
+                hint = tr(" Sort by the step number as a number: 9 comes before 10.")
             elif len(steps) > len(want_steps) and set(want_steps) <= set(steps):
-                hint = " Only the 'train <n>' steps count, not 'eval' ones."
-            raise Fail(f"for a trace with steps 'train {want_steps[0]}'..'train {want_steps[-1]}' (plus an 'eval 0' "
-                       f"step and ranges outside any step) expected steps {want_steps} in order, got {steps}.{hint}")
+                hint = tr(" Only the 'train <n>' steps count, not 'eval' ones.")
+            raise Fail(tr("for a trace with steps 'train {first}'..'train {last}' (plus an 'eval 0' step and ranges "
+                          "outside any step) expected steps {want} in order, got {got}.{hint}", first=want_steps[0],
+                          last=want_steps[-1], want=want_steps, got=steps, hint=hint))
         if _rows_match(got, want):
             return
         for row, w in zip(got, want):
@@ -140,17 +143,18 @@ class q1:
                 value = row.get(key)
                 if _close(value, w[key], 1e-6):
                     continue
-                hint = (" Count only ranges on the step's own thread (same pid and tid) that lie entirely inside "
-                        "the step.")
+                hint = tr(" Count only ranges on the step's own thread (same pid and tid) that lie entirely inside "
+                          "the step.")
                 if _close(value, w[key] * 1e3, 1e-3):
-                    hint = " The trace's ts and dur are in microseconds: divide by 1000 for milliseconds."
+                    hint = tr(" The trace's ts and dur are in microseconds: divide by 1000 for milliseconds.")
                 elif _rows_match(got, _split(trace, same_thread=False)):
-                    hint = (" Your numbers include ranges of other threads: count only events with the step's own "
-                            "pid and tid.")
+                    hint = tr(" Your numbers include ranges of other threads: count only events with the step's "
+                              "own pid and tid.")
                 elif _rows_match(got, _split(trace, inside=False)):
-                    hint = (" Your numbers include a range that starts inside the step but ends after it: count "
-                            "only ranges that lie entirely inside the step.")
-                raise Fail(f"step {w['step']}: expected {key} = {w[key]:.4f} ms, got {value!r}.{hint}")
+                    hint = tr(" Your numbers include a range that starts inside the step but ends after it: count "
+                              "only ranges that lie entirely inside the step.")
+                raise Fail(tr("step {step}: expected {key} = {want:.4f} ms, got {got}.{hint}", step=w["step"], key=key,
+                              want=w[key], got=repr(value), hint=hint))
 
 
 # --------------------------------------------------------------------------- q2
@@ -198,17 +202,18 @@ class q2:
         if case.get("bad"):
             return expect_raised(seen, f"busy_fraction([(0, 1)], {start}, {end})", "the window is empty")
         if "raised" in seen:
-            raise Fail(f"{call} raised {seen['raised']}: {seen['message']}, but the window is valid")
+            raise Fail(tr("{call} raised {raised}: {message}, but the window is valid", call=call,
+                          raised=seen["raised"], message=seen["message"]))
         window = end - start
         want, got = _busy(spans, start, end) / window, seen["value"]
         if _close(got, want):
             return
-        hint = " Overlapping spans count once, and only the part inside [start, end] counts."
+        hint = tr(" Overlapping spans count once, and only the part inside [start, end] counts.")
         if _close(got, _busy(spans, start, end, union=False) / window):
-            hint = " Overlapping spans count once: merge them (their union), do not add them up."
+            hint = tr(" Overlapping spans count once: merge them (their union), do not add them up.")
         elif _close(got, _busy(spans, start, end, clip=False) / window):
-            hint = " Only the part of a span inside [start, end] counts: clip each span to the window."
-        raise Fail(f"{call} should be {want:.4f}, got {got!r}.{hint}")
+            hint = tr(" Only the part of a span inside [start, end] counts: clip each span to the window.")
+        raise Fail(tr("{call} should be {want:.4f}, got {got}.{hint}", call=call, want=want, got=repr(got), hint=hint))
 
 
 # --------------------------------------------------------------------------- q3
@@ -253,19 +258,20 @@ class q3:
         call = (f"utilisation_bound(step_s={step:.4f}, load_s={load:.4f}, augment_s={aug:.4f}, "
                 f"parallel_calls={k}, prefetch={prefetch})")
         if "raised" in seen:
-            raise Fail(f"{call} raised {seen['raised']}: {seen['message']}, but the inputs are valid")
+            raise Fail(tr("{call} raised {raised}: {message}, but the inputs are valid", call=call,
+                          raised=seen["raised"], message=seen["message"]))
         got, want = seen["value"], _utilisation_bound(step, load, aug, k, prefetch)
         if _close(got, want):
             return
         hint = ""
         if isinstance(got, (int, float)) and got > 1:
-            hint = " Utilisation cannot exceed 1: once the input keeps up, the device is busy all the time."
+            hint = tr(" Utilisation cannot exceed 1: once the input keeps up, the device is busy all the time.")
         elif k is not None and _close(got, _utilisation_bound(step, load, aug, k, prefetch, "sum")):
-            hint = (" With parallel maps each stage runs in its own threads, so the slowest stage sets the pace "
-                    "(max of load and augment), not their sum.")
+            hint = tr(" With parallel maps each stage runs in its own threads, so the slowest stage sets the pace "
+                      "(max of load and augment), not their sum.")
         elif k is not None and _close(got, _utilisation_bound(step, load, aug, None, prefetch)):
-            hint = " parallel_calls=k (even k=1) runs each map in its own threads: use the parallel formula."
-        raise Fail(f"{call} should be {want:.4f}, got {got!r}.{hint}")
+            hint = tr(" parallel_calls=k (even k=1) runs each map in its own threads: use the parallel formula.")
+        raise Fail(tr("{call} should be {want:.4f}, got {got}.{hint}", call=call, want=want, got=repr(got), hint=hint))
 
 
 # --------------------------------------------------------------------------- q4
@@ -330,13 +336,15 @@ def _check_costs(att, load, aug, n):
     """The stages cost what the case says, before and after the run, and were busy that long."""
     want = [load, 0.0, False], [aug, 0.0, False]
     if any(c != w for c, w in zip(att.get("costs", []), want * 2)) or len(att.get("costs", [])) != 4:
-        raise Fail(f"fast_pipeline changed the stages it was given (their costs are now {att.get('costs')}; the "
-                   f"check made them {list(want)}): make the pipeline fast, not its work cheaper")
+        raise Fail(tr("fast_pipeline changed the stages it was given (their costs are now {costs}; the check made "
+                      "them {want}): make the pipeline fast, not its work cheaper", costs=att.get("costs"),
+                      want=list(want)))
     for name, cost in (("load", load), ("augment", aug)):
         busy = att.get("busy", {}).get(name, 0.0)
         if busy < 0.9 * n * cost:
-            raise Fail(f"the {name} stage was busy {busy * 1e3:.0f} ms for {n} elements that cost {cost * 1e3:.0f} ms "
-                       "each: its work was skipped or made cheaper while the check ran")
+            raise Fail(tr("the {name} stage was busy {busy:.0f} ms for {n} elements that cost {cost:.0f} ms each: its "
+                          "work was skipped or made cheaper while the check ran", name=name, busy=busy * 1e3, n=n,
+                          cost=cost * 1e3))
 
 
 @item("q4", points=5, title="fast_pipeline keeps the simulated accelerator busy >= 90% of the time")
@@ -376,7 +384,7 @@ class q4:
 
     def judge(case, seen):
         if seen["type"] != "Dataset":
-            raise Fail(f"fast_pipeline should return a tf.data.Dataset, got {seen['type']}")
+            raise Fail(tr("fast_pipeline should return a tf.data.Dataset, got {kind}", kind=seen["type"]))
         a, b, c, values = case["a"], case["b"], case["c"], case["values"]
         n, step, load, aug = len(values), case["step_s"], case["load_s"], case["augment_s"]
         want = sorted(c * (a * v + b) for v in values)
@@ -384,32 +392,35 @@ class q4:
         best = None
         for att in seen["attempts"]:
             if any(att["before"]):
-                raise Fail(f"fast_pipeline ran load {att['before'][0]} and augment {att['before'][1]} times before "
-                           "returning: build the pipeline only, the work must happen while the accelerator trains")
+                raise Fail(tr("fast_pipeline ran load {load} and augment {augment} times before returning: build the "
+                              "pipeline only, the work must happen while the accelerator trains",
+                              load=att["before"][0], augment=att["before"][1]))
             got = att["values"]
             if len(got) != n or not all(isinstance(v, int) for v in got) or sorted(got) != want:
-                raise Fail(f"with a source of {n} random ints, load(v) = {a}*v + {b} and augment(v) = {c}*v, "
-                           f"expected {n} elements augment(load(v)) (e.g. {want[:3]}), got {len(got)}: {got[:3]}...")
+                raise Fail(tr("with a source of {n} random ints, load(v) = {a}*v + {b} and augment(v) = {c}*v, "
+                              "expected {n} elements augment(load(v)) (e.g. {want}), got {count}: {got}...", n=n, a=a,
+                              b=b, c=c, want=want[:3], count=len(got), got=got[:3]))
             _check_costs(att, load, aug, n)
             if min(att["calls"]) < n:
-                raise Fail(f"every element must go through load and augment: they ran {att['calls'][0]} and "
-                           f"{att['calls'][1]} times for {n} elements")
+                raise Fail(tr("every element must go through load and augment: they ran {load} and {augment} times "
+                              "for {n} elements", load=att["calls"][0], augment=att["calls"][1], n=n))
             startup, util = _startup_and_util(att["got"], step)
             key = (startup <= startup_limit, util)
             if best is None or key > best[0]:
                 best = (key, startup, util)
         (_, startup, util) = best
         if startup > startup_limit:
-            raise Fail(f"the first element took {startup * 1e3:.0f} ms to arrive, but one element needs only "
-                       f"load + augment = {(load + aug) * 1e3:.0f} ms (allowed: {startup_limit * 1e3:.0f} ms). "
-                       "Holding elements back (for example batch then unbatch) only hides a slow pipeline from the "
-                       "steady-state measure; make the stages themselves keep up.")
+            raise Fail(tr("the first element took {startup:.0f} ms to arrive, but one element needs only load + "
+                          "augment = {need:.0f} ms (allowed: {limit:.0f} ms). Holding elements back (for example batch "
+                          "then unbatch) only hides a slow pipeline from the steady-state measure; make the stages "
+                          "themselves keep up.", startup=startup * 1e3, need=(load + aug) * 1e3,
+                          limit=startup_limit * 1e3))
         if util < UTILISATION_TARGET:
             seq, pre = step / (step + load + aug), min(1.0, step / (load + aug))
-            raise Fail(f"measured steady-state utilisation {util:.0%} over {n} steps of {step * 1e3:.0f} ms (load "
-                       f"{load * 1e3:.0f} ms, augment {aug * 1e3:.0f} ms per element); needs >= "
-                       f"{UTILISATION_TARGET:.0%}. Bounds: sequential maps {seq:.0%}, prefetch alone {pre:.0%}; "
-                       "the slowest stage must keep up.")
+            raise Fail(tr("measured steady-state utilisation {util:.0%} over {n} steps of {step:.0f} ms (load "
+                          "{load:.0f} ms, augment {aug:.0f} ms per element); needs >= {target:.0%}. Bounds: sequential "
+                          "maps {seq:.0%}, prefetch alone {pre:.0%}; the slowest stage must keep up.", util=util, n=n,
+                          step=step * 1e3, load=load * 1e3, aug=aug * 1e3, target=UTILISATION_TARGET, seq=seq, pre=pre))
 
 
 # --------------------------------------------------------------------------- q5
@@ -503,29 +514,26 @@ def _answer(rows, overall="sum", **mistake):
     return {"steps": steps, "overall": whole}
 
 
-_OVERALL = ("The overall verdict is neither a vote of the steps nor an average of their shares: add up each "
-            "category over all steps (and the step times), then apply the rule once.")
-
-
 def _mistakes():
-    """Classic mistakes, each with a hint: the reference with one rule broken."""
+    """Classic mistakes, each with a hint (with its leading space): the reference with one rule broken."""
     launch_on_device = {**_GROUP, "kernelLaunchTimeMs": "device"}
+    output = tr(" Output (outfeedTimeMs) is device time: the device copying results back.")
+    overall = tr(" The overall verdict is neither a vote of the steps nor an average of their shares: add up each "
+                 "category over all steps (and the step times), then apply the rule once.")
     return [
-        ({"strict": True}, "A step whose input is exactly 20% of the step time is input-bound: use >= 0.2."),
-        ({"groups": launch_on_device}, "Kernel launch (kernelLaunchTimeMs) is host time: the host launching the "
-                                       "device's kernels."),
-        ({"groups": {**_GROUP, "otherTimeMs": None}}, "All others (otherTimeMs) is host time (mostly Python "
-                                                      "overhead): count it in the host group."),
-        ({"groups": {**_GROUP, "outfeedTimeMs": None}}, "Output (outfeedTimeMs) is device time: the device copying "
-                                                        "results back."),
-        ({"groups": {**_GROUP, "outfeedTimeMs": "host"}}, "Output (outfeedTimeMs) is device time: the device copying "
-                                                          "results back."),
-        ({"tie": "device"}, "A step is device-bound only when the device's share is larger than the host's: a tie "
-                            "is host-bound."),
-        ({"denominator": "categories"}, "Shares are of the step time (stepTimeMs), not of the sum of the "
-                                        "categories: some time may be in no category."),
-        ({"overall": "majority"}, _OVERALL),
-        ({"overall": "mean"}, _OVERALL),
+        ({"strict": True}, tr(" A step whose input is exactly 20% of the step time is input-bound: use >= 0.2.")),
+        ({"groups": launch_on_device}, tr(" Kernel launch (kernelLaunchTimeMs) is host time: the host launching the "
+                                          "device's kernels.")),
+        ({"groups": {**_GROUP, "otherTimeMs": None}}, tr(" All others (otherTimeMs) is host time (mostly Python "
+                                                         "overhead): count it in the host group.")),
+        ({"groups": {**_GROUP, "outfeedTimeMs": None}}, output),
+        ({"groups": {**_GROUP, "outfeedTimeMs": "host"}}, output),
+        ({"tie": "device"}, tr(" A step is device-bound only when the device's share is larger than the host's: a "
+                               "tie is host-bound.")),
+        ({"denominator": "categories"}, tr(" Shares are of the step time (stepTimeMs), not of the sum of the "
+                                           "categories: some time may be in no category.")),
+        ({"overall": "majority"}, overall),
+        ({"overall": "mean"}, overall),
     ]
 
 
@@ -540,8 +548,9 @@ def _table(rows, rng):
             "rows": [{"c": [{"v": tip(r) if c == "tooltip" else r[c]} for c in cols]} for r in rows]}
 
 
-_BY_ID = ("Find each column by its id in table['cols'] (their order is not fixed), and read each row's cells "
-          "in that order; stepnum and tooltip hold text.")
+def _by_id() -> str:
+    return tr("Find each column by its id in table['cols'] (their order is not fixed), and read each row's cells "
+              "in that order; stepnum and tooltip hold text.")
 
 
 def _rows(table):
@@ -583,32 +592,32 @@ class q5:
     def judge(case, seen):
         table = case["table"]
         if case.get("bad"):
-            return expect_raised(seen, "step_verdicts(a table with no rows)", "there are no steps to judge")
+            return expect_raised(seen, tr("step_verdicts(a table with no rows)"), "there are no steps to judge")
         if "raised" in seen:
-            raise Fail(f"step_verdicts raised {seen['raised']}: {seen['message']}, but the table has "
-                       f"{len(table['rows'])} steps. {_BY_ID}")
+            raise Fail(tr("step_verdicts raised {raised}: {message}, but the table has {n} steps. {by_id}",
+                          raised=seen["raised"], message=seen["message"], n=len(table["rows"]), by_id=_by_id()))
         got, rows = seen["value"], _rows(table)
         want = _answer(rows)
         if not (isinstance(got, dict) and isinstance(got.get("steps"), dict) and isinstance(got.get("overall"), str)):
-            raise Fail("step_verdicts should return {'steps': {stepnum: verdict, ...}, 'overall': verdict}, got "
-                       f"{got!r}"[:300])
+            raise Fail(tr("step_verdicts should return {{'steps': {{stepnum: verdict, ...}}, 'overall': verdict}}, "
+                          "got {got}", got=repr(got))[:300])
         if got == want:
             return
         if set(got["steps"]) != set(want["steps"]):
-            raise Fail(f"expected one verdict per step, keyed by the stepnum column ({sorted(want['steps'])}), got "
-                       f"keys {sorted(map(str, got['steps']))}. {_BY_ID}")
+            raise Fail(tr("expected one verdict per step, keyed by the stepnum column ({want}), got keys {got}. "
+                          "{by_id}", want=sorted(want["steps"]), got=sorted(map(str, got["steps"])), by_id=_by_id()))
         hint = ""
         for mistake, text in _mistakes():
             overall = mistake.pop("overall", "sum")
             if got == _answer(rows, overall, **mistake):
-                hint = " " + text
+                hint = text
                 break
         bad = [k for k in want["steps"] if got["steps"][k] != want["steps"][k]]
         if bad:
             r = next(r for r in rows if r["stepnum"] == bad[0])
             split = {g: sum(r[k] for k in _GROUP if _GROUP[k] == g) for g in ("input", "host", "device")}
-            raise Fail(f"step {bad[0]!r} ({r['stepTimeMs']:g} ms: input {split['input']:g}, host {split['host']:g}, "
-                       f"device {split['device']:g} ms) should be {want['steps'][bad[0]]!r}, got "
-                       f"{got['steps'][bad[0]]!r}.{hint}")
-        raise Fail(f"every step is right, but for all {len(rows)} steps together expected {want['overall']!r}, got "
-                   f"{got['overall']!r}.{hint}")
+            raise Fail(tr("step {name} ({ms:g} ms: input {input:g}, host {host:g}, device {device:g} ms) should be "
+                          "{want}, got {got}.{hint}", name=repr(bad[0]), ms=r["stepTimeMs"], **split,
+                          want=repr(want["steps"][bad[0]]), got=repr(got["steps"][bad[0]]), hint=hint))
+        raise Fail(tr("every step is right, but for all {n} steps together expected {want}, got {got}.{hint}",
+                      n=len(rows), want=repr(want["overall"]), got=repr(got["overall"]), hint=hint))
