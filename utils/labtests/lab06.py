@@ -11,13 +11,14 @@ fusion counts by rebuilding the function from its description and compiling
 it with XLA in the grader's own process, on the CPU (XLA's GPU compiler fuses
 differently, so both sides compile for the CPU). Nothing here uses
 :mod:`gpucourse.xla`.
+Every message goes through ``tr`` (the zh_CN catalogue, ``grading/locale/zh_CN.po``).
 """
 
 from __future__ import annotations
 
 import re
 
-from gpucourse.grading.items import Fail, counted, expect_raised, item, outcome
+from gpucourse.grading.items import Fail, counted, expect_raised, item, outcome, tr
 
 # --------------------------------------------------------------------------- reference HLO reading
 
@@ -179,7 +180,7 @@ def _words(desc: dict) -> str:
     if desc == "softmax":
         return "tf.nn.softmax"
     text = " -> ".join(u if s == "unary" else s for s, u in zip(desc["steps"], desc["unary"]))
-    text += " -> normalise rows" if desc["normalise"] else ""
+    text += " -> " + tr("normalise rows") if desc["normalise"] else ""
     return text + ("" if desc["reduce_axis"] is None else f" -> reduce_sum(axis={desc['reduce_axis']})")
 
 
@@ -235,17 +236,17 @@ def _function_case(rng, desc) -> dict:
 
 def _q1_hint(text: str, got: dict, want: dict) -> str:
     if got == _counts(text, lambda comp, root, tup: comp == "ENTRY"):
-        return (" You counted only the ENTRY computation: count the instructions of every computation "
-                "(fused computations and reduction bodies too).")
+        return tr(" You counted only the ENTRY computation: count the instructions of every computation "
+                  "(fused computations and reduction bodies too).")
     if got == _counts(text, lambda comp, root, tup: not root):
-        return " You skipped the ROOT lines: `ROOT %name = ...` is an instruction too."
+        return tr(" You skipped the ROOT lines: `ROOT %name = ...` is an instruction too.")
     if got == _counts(text, lambda comp, root, tup: not tup):
-        return (" You missed the instructions whose shape is a tuple, such as `(f32[4]{0}, f32[]) tuple(...)`: "
-                "skip the whole parenthesised shape before reading the opcode.")
+        return tr(" You missed the instructions whose shape is a tuple, such as `(f32[4]{0}, f32[]) tuple(...)`: "
+                  "skip the whole parenthesised shape before reading the opcode.")
     extra = sorted(k for k in got if k not in want)
     if extra:
-        return (f" {extra} is not the opcode of any instruction: such words appear inside metadata={{...}}, "
-                "attributes or computation headers. Read only the word right after the shape.")
+        return tr(" {extra} is not the opcode of any instruction: such words appear inside metadata={{...}}, "
+                  "attributes or computation headers. Read only the word right after the shape.", extra=extra)
     return ""
 
 
@@ -271,21 +272,24 @@ class q1:
 
     def judge(case, seen):
         if not seen["is_dict"]:
-            raise Fail(f"count_ops should return a dict {{opcode: count}}, got a {seen['type']}")
+            raise Fail(tr("count_ops should return a dict {{opcode: count}}, got a {kind}", kind=seen["type"]))
         got = _dict_or_none(seen["got"])
         if got is None:
-            raise Fail(f"count_ops should map each opcode to a whole number, got {seen['got']}")
+            raise Fail(tr("count_ops should map each opcode to a whole number, got {got}", got=seen["got"]))
         if "text" in case:
-            text, what = case["text"], "a hand-written module (several computations, tuple shapes, metadata)"
+            text, what = case["text"], tr("a hand-written module (several computations, tuple shapes, metadata)")
         else:
             text = _cpu_hlo(case["fn"], case, case["stage"])
-            what = f"the {case['stage']!r} HLO of a function doing {_words(case['fn'])} on a {case['shape']} tensor"
+            what = tr("the {stage} HLO of a function doing {steps} on a {shape} tensor", stage=repr(case["stage"]),
+                      steps=_words(case["fn"]), shape=case["shape"])
         want = _ref_counts(text)
         if got != want:
             diff = {k: (want.get(k, 0), got.get(k, 0)) for k in sorted(set(want) | set(got)) if want.get(k) != got.get(k)}
-            shown = "\n".join(f"  {k}: expected {w}, got {g}" for k, w, g in ((k, *v) for k, v in diff.items()))
-            raise Fail(f"for {what} the counts differ:\n{shown}\n{_q1_hint(text, got, want).strip()}".rstrip()
-                       + ("" if "text" not in case else f"\nThe module:\n{text}"))
+            shown = "\n".join(tr("  {opcode}: expected {want}, got {got}", opcode=k, want=w, got=g)
+                              for k, w, g in ((k, *v) for k, v in diff.items()))
+            raise Fail(tr("for {what} the counts differ:\n{shown}\n{hint}", what=what, shown=shown,
+                          hint=_q1_hint(text, got, want).strip()).rstrip()
+                       + ("" if "text" not in case else "\n" + tr("The module:\n{text}", text=text)))
 
 
 # --------------------------------------------------------------------------- q2
@@ -317,22 +321,25 @@ class q2:
         text = _cpu_hlo(case["fn"], case, "optimized_hlo")
         want = _ref_counts(text).get("fusion", 0)
         got = seen["got"]
-        what = f"for a function doing {_words(case['fn'])} on a {case['shape']} tensor"
+        what = tr("for a function doing {steps} on a {shape} tensor", steps=_words(case["fn"]), shape=case["shape"])
         if isinstance(got, bool) or not isinstance(got, int):
-            raise Fail(f"fusion_count should return a whole number (int), got {got!r} ({seen['type']}) {what}")
+            raise Fail(tr("fusion_count should return a whole number (int), got {got} ({kind}) {what}", got=repr(got),
+                          kind=seen["type"], what=what))
         if got == want:
             return
-        msg = f"{what} the optimized HLO has {want} fusion instruction(s); fusion_count returned {got}."
+        msg = tr("{what} the optimized HLO has {want} fusion instruction(s); fusion_count returned {got}.", what=what,
+                 want=want, got=got)
         helper = seen.get("count_ops_fusions")
         if helper is not None and helper == got:
-            msg += (f" Your count_ops (q1) also finds {helper} fusion(s) in that same HLO, so the mistake is "
-                    "probably in count_ops, not here: fix it first (run check(\"q1\")), then re-run this check.")
+            msg += tr(" Your count_ops (q1) also finds {helper} fusion(s) in that same HLO, so the mistake is "
+                      "probably in count_ops, not here: fix it first (run check(\"q1\")), then re-run this check.",
+                      helper=helper)
         elif got > want:
-            msg += (" Count instructions whose opcode is `fusion`, not mentions of the word: fusion "
-                    "instructions' names, `calls=%fused_computation` and metadata mention it too.")
+            msg += tr(" Count instructions whose opcode is `fusion`, not mentions of the word: fusion "
+                      "instructions' names, `calls=%fused_computation` and metadata mention it too.")
         elif got == 0:
-            msg += (" Compile with jit_compile=True and read stage=\"optimized_hlo\": the \"hlo\" stage is "
-                    "what XLA receives, before its passes fuse anything.")
+            msg += tr(" Compile with jit_compile=True and read stage=\"optimized_hlo\": the \"hlo\" stage is "
+                      "what XLA receives, before its passes fuse anything.")
         raise Fail(msg)
 
 
@@ -378,23 +385,23 @@ class q3:
         import numpy as np
 
         if seen["type"] != "tf.function":
-            raise Fail(f"compile_any_length(f) should return a tf.function, got a {seen['type']}")
+            raise Fail(tr("compile_any_length(f) should return a tf.function, got a {kind}", kind=seen["type"]))
         a, b, lengths = case["a"], case["b"], case["lengths"]
         for i, (n, y) in enumerate(zip(lengths, seen["outputs"])):
             want = np.sin(_q3_input(case["seed"] + i, n)) * np.float32(a) + np.float32(b)
             y = np.asarray(y, dtype=np.float32)
             if y.shape != (n,) or not np.allclose(y, want, rtol=1e-5, atol=1e-5):
-                raise Fail(f"for f(x) = sin(x) * {a} + {b} on a length-{n} vector the result differs from f(x) "
-                           f"(got shape {list(y.shape)})")
+                raise Fail(tr("for f(x) = sin(x) * {a} + {b} on a length-{n} vector the result differs from f(x) "
+                              "(got shape {shape})", a=a, b=b, n=n, shape=list(y.shape)))
         if seen["traces"] != 1:
-            hint = (" reduce_retracing=True still traces twice (once with the first shape, once generalised)."
+            hint = (tr(" reduce_retracing=True still traces twice (once with the first shape, once generalised).")
                     if seen["traces"] == 2 else "")
-            raise Fail(f"after calls with lengths {lengths} the function traced {seen['traces']} times; expected 1."
-                       f"{hint} Give it an input_signature with an unknown length: "
-                       "[tf.TensorSpec([None], tf.float32)].")
+            raise Fail(tr("after calls with lengths {lengths} the function traced {traces} times; expected 1."
+                          "{hint} Give it an input_signature with an unknown length: "
+                          "[tf.TensorSpec([None], tf.float32)].", lengths=lengths, traces=seen["traces"], hint=hint))
         if not seen["xla"]:
-            raise Fail("the function traces once but is not compiled with XLA: pass jit_compile=True to tf.function "
-                       f"(TensorFlow says: {seen['xla_error'][:200]})")
+            raise Fail(tr("the function traces once but is not compiled with XLA: pass jit_compile=True to "
+                          "tf.function (TensorFlow says: {error})", error=seen["xla_error"][:200]))
 
 
 # --------------------------------------------------------------------------- q4
@@ -433,23 +440,26 @@ class q4:
 
         buckets = case["buckets"]
         if "too_long" in case:
-            return expect_raised(seen, f"pad_to_bucket(x with {case['too_long']} rows, {buckets})",
-                                 f"it does not fit the largest bucket {max(buckets)}: never cut data off")
+            return expect_raised(seen, tr("pad_to_bucket(x with {rows} rows, {buckets})", rows=case["too_long"],
+                                          buckets=buckets),
+                                 tr("it does not fit the largest bucket {largest}: never cut data off",
+                                    largest=max(buckets)))
         shape = case["shape"]
         n = shape[0]
         if seen["type"] != "pair":
-            raise Fail(f"pad_to_bucket should return a pair (padded, n), got a {seen['type']}")
+            raise Fail(tr("pad_to_bucket should return a pair (padded, n), got a {kind}", kind=seen["type"]))
         want = [min(b for b in buckets if b >= n)] + shape[1:]
         if seen["shape"] != want or seen["n"] != n:
-            hint = " (pad only the first axis, whatever the rank)"
+            hint = tr(" (pad only the first axis, whatever the rank)")
             first_fit = next(b for b in buckets if b >= n)
             if seen["shape"][:1] == [first_fit] and first_fit != want[0]:
-                hint = (f" The buckets come in any order: {first_fit} is the first that fits, but {want[0]} is "
-                        "the smallest; take the smallest bucket that holds x.")
-            raise Fail(f"for x of shape {shape} and buckets {buckets} expected a {want} tensor and n={n}, "
-                       f"got shape {seen['shape']} and n={seen['n']!r}.{hint}")
+                hint = tr(" The buckets come in any order: {first} is the first that fits, but {smallest} is "
+                          "the smallest; take the smallest bucket that holds x.", first=first_fit, smallest=want[0])
+            raise Fail(tr("for x of shape {shape} and buckets {buckets} expected a {want} tensor and n={n}, "
+                          "got shape {got_shape} and n={got_n}.{hint}", shape=shape, buckets=buckets, want=want, n=n,
+                          got_shape=seen["shape"], got_n=repr(seen["n"]), hint=hint))
         x = np.random.default_rng(case["seed"]).standard_normal(shape).astype(np.float32)
         p = np.asarray(seen["values"], dtype=np.float32)
         if not (np.array_equal(p[:n], x) and not p[n:].any()):
-            raise Fail(f"for x of shape {shape} the first {n} rows must be x and the rest zeros "
-                       "(pad at the end, with zeros)")
+            raise Fail(tr("for x of shape {shape} the first {n} rows must be x and the rest zeros "
+                          "(pad at the end, with zeros)", shape=shape, n=n))
