@@ -15,13 +15,15 @@ computes the expected answer on the grader's side:
 * q4: random data and initial weights; the judge trains the same linear model
   with plain SGD in NumPy.
 * q5: random GPU sizes, splits and reserves; the judge does the arithmetic in MiB.
+
+Every message goes through ``tr`` (the zh_CN catalogue, ``grading/locale/zh_CN.po``).
 """
 
 from __future__ import annotations
 
 import math
 
-from gpucourse.grading.items import Fail, counted, expect_raised, item, outcome
+from gpucourse.grading.items import Fail, counted, expect_raised, item, outcome, tr
 
 MiB = 2**20
 
@@ -127,8 +129,8 @@ class q1:
         for opt, res in zip(case["optimizers"], seen["results"]):
             got, label = res["got"], opt["label"]
             if res["type"] not in ("int", "int64", "int32"):
-                raise Fail(f"training_state_bytes should return a whole number of bytes (int), got {got!r} "
-                           f"({res['type']}) for keras.optimizers.{label}")
+                raise Fail(tr("training_state_bytes should return a whole number of bytes (int), got {got} "
+                              "({kind}) for keras.optimizers.{label}", got=repr(got), kind=res["type"], label=label))
             optimizer = _build_optimizer(opt)
             optimizer.build(model.trainable_variables)
             state = [v for v in optimizer.variables if len(v.shape)]
@@ -138,30 +140,34 @@ class q1:
             want = weights + grads + slots
             if got == want:
                 continue
-            where = (f"for a {dtype} model with weights {shapes} ({weights} bytes, {grads} of them trainable) and "
-                     f"keras.optimizers.{label}")
+            where = tr("for a {dtype} model with weights {shapes} ({weights} bytes, {grads} of them trainable) and "
+                       "keras.optimizers.{label}", dtype=dtype, shapes=shapes, weights=weights, grads=grads,
+                       label=label)
             if got == want - grads and accumulators:  # an accumulator has exactly the gradients' size
-                hint = ("You left out the gradients (one per trainable weight) or the gradient accumulator (with "
-                        "gradient_accumulation_steps the optimizer keeps one more parameter-sized variable per "
-                        "trainable weight): they take the same bytes.")
+                hint = tr("You left out the gradients (one per trainable weight) or the gradient accumulator (with "
+                          "gradient_accumulation_steps the optimizer keeps one more parameter-sized variable per "
+                          "trainable weight): they take the same bytes.")
             elif got == want - grads:
-                hint = "You left out the gradients: every trainable weight gets one, of the same size."
+                hint = tr("You left out the gradients: every trainable weight gets one, of the same size.")
             elif frozen and got == want - frozen:
-                hint = ("You left out the non-trainable weights (BatchNormalization's moving mean and variance): "
-                        "count all of model.weights, and gradients for model.trainable_weights only.")
+                hint = tr("You left out the non-trainable weights (BatchNormalization's moving mean and variance): "
+                          "count all of model.weights, and gradients for model.trainable_weights only.")
             elif frozen and got == want + frozen:
-                hint = "Only trainable weights get gradients: count them over model.trainable_weights, not model.weights."
+                hint = tr("Only trainable weights get gradients: count them over model.trainable_weights, not "
+                          "model.weights.")
             elif scalars and got == want + _nbytes(scalars):
-                hint = ("You counted the optimizer's scalar variables (iteration counter, learning rate): count only "
-                        "its per-parameter state, the variables with a shape.")
+                hint = tr("You counted the optimizer's scalar variables (iteration counter, learning rate): count "
+                          "only its per-parameter state, the variables with a shape.")
             elif dtype != "float32" and got == _nbytes(model.weights, 4) + _nbytes(model.trainable_weights, 4) \
                     + _nbytes(state, 4):
-                hint = (f"You assumed 4 bytes per value; these weights are {dtype}: use each variable's dtype "
-                        "(np.dtype(v.dtype).itemsize).")
+                hint = tr("You assumed 4 bytes per value; these weights are {dtype}: use each variable's dtype "
+                          "(np.dtype(v.dtype).itemsize).", dtype=dtype)
             else:
-                hint = (f"Expected {weights} (weights) + {grads} (gradients) + {slots} (optimizer state) bytes; "
-                        f"build a copy of the optimizer on the trainable weights and look at its variables.")
-            raise Fail(f"{where}: expected {want} bytes, got {got}. {hint}")
+                hint = tr("Expected {weights} (weights) + {grads} (gradients) + {slots} (optimizer state) bytes; "
+                          "build a copy of the optimizer on the trainable weights and look at its variables.",
+                          weights=weights, grads=grads, slots=slots)
+            raise Fail(tr("{where}: expected {want} bytes, got {got}. {hint}", where=where, want=want, got=got,
+                          hint=hint))
 
 
 # --------------------------------------------------------------------------- q2
@@ -220,20 +226,23 @@ class q2:
 
     def judge(case, seen):
         mx, budget = case["max_batch"], case["budget"]
-        desc = (f"peak_bytes(n) = {case['fixed']} + {case['per']}*n" + (f" + {case['quad']}*n^2" if case["quad"] else "")
-                + f", budget {budget}, max_batch {mx}")
+        formula = (f"peak_bytes(n) = {case['fixed']} + {case['per']}*n"
+                   + (f" + {case['quad']}*n^2" if case["quad"] else ""))
+        desc = tr("{formula}, budget {budget}, max_batch {max_batch}", formula=formula, budget=budget, max_batch=mx)
         res = seen["result"]
         if seen["bad"]:
-            raise Fail(f"for {desc}: you called peak_bytes({seen['bad'][0]}); a batch size is a whole number >= 1 "
-                       "(bisect with //, not /)")
+            raise Fail(tr("for {desc}: you called peak_bytes({arg}); a batch size is a whole number >= 1 "
+                          "(bisect with //, not /)", desc=desc, arg=seen["bad"][0]))
         if res.get("raised") == "ResourceExhaustedError":
-            raise Fail(f"for {desc}: peak_bytes raised ResourceExhaustedError ({res['message'][:80]}) and your "
-                       "function let it escape: catch tf.errors.ResourceExhaustedError and treat that batch as "
-                       "'does not fit'")
+            raise Fail(tr("for {desc}: peak_bytes raised ResourceExhaustedError ({message}) and your "
+                          "function let it escape: catch tf.errors.ResourceExhaustedError and treat that batch as "
+                          "'does not fit'", desc=desc, message=res["message"][:80]))
         if _need(case, 1) > budget:
-            return expect_raised(res, f"for {desc}, largest_batch", "not even a batch of 1 fits the budget")
+            return expect_raised(res, tr("for {desc}, largest_batch", desc=desc),
+                                 "not even a batch of 1 fits the budget")
         if "raised" in res:
-            raise Fail(f"for {desc}: your function raised {res['raised']}: {res['message']}")
+            raise Fail(tr("for {desc}: your function raised {raised}: {message}", desc=desc, raised=res["raised"],
+                          message=res["message"]))
         lo, hi = 1, mx  # the answer by bisection on the (increasing) formula
         while lo < hi:
             mid = (lo + hi + 1) // 2
@@ -241,20 +250,23 @@ class q2:
         want = lo
         got = res["value"]
         if seen["type"] not in ("int", "int64", "int32"):
-            raise Fail(f"for {desc}: largest_batch should return a whole number (int), got {got!r}")
+            raise Fail(tr("for {desc}: largest_batch should return a whole number (int), got {got}", desc=desc,
+                          got=repr(got)))
         if got > mx:
-            raise Fail(f"for {desc}: returned {got}, more than max_batch={mx}; the answer is at most max_batch")
+            raise Fail(tr("for {desc}: returned {got}, more than max_batch={max_batch}; the answer is at most "
+                          "max_batch", desc=desc, got=got, max_batch=mx))
         if got != want:
             hint = ""
             if got == want - 1 and _need(case, want) == budget:
-                hint = (f" peak_bytes({want}) is exactly the budget, and a peak equal to the budget fits: "
-                        "compare with <=, not <.")
-            raise Fail(f"for {desc}: expected {want}, got {got}.{hint}")
+                hint = tr(" peak_bytes({want}) is exactly the budget, and a peak equal to the budget fits: "
+                          "compare with <=, not <.", want=want)
+            raise Fail(tr("for {desc}: expected {want}, got {got}.{hint}", desc=desc, want=want, got=got, hint=hint))
         allowed = 2 * math.ceil(math.log2(mx)) + 2 if mx > 1 else 2
         if seen["calls"] > allowed:
-            raise Fail(f"for {desc}: found {got} but called peak_bytes {seen['calls']} times; each call is a real "
-                       f"training step, so at most {allowed} (about 2*log2(max_batch)) are allowed: double the batch "
-                       "until it does not fit, then bisect")
+            raise Fail(tr("for {desc}: found {got} but called peak_bytes {calls} times; each call is a real "
+                          "training step, so at most {allowed} (about 2*log2(max_batch)) are allowed: double the "
+                          "batch until it does not fit, then bisect", desc=desc, got=got, calls=seen["calls"],
+                          allowed=allowed))
 
 
 # --------------------------------------------------------------------------- q3
@@ -281,27 +293,31 @@ class q3:
         if case.get("bad"):
             return expect_raised(res, call, "batch sizes must be >= 1")
         if "raised" in res:
-            raise Fail(f"{call} raised {res['raised']}: {res['message']}")
+            raise Fail(tr("{call} raised {raised}: {message}", call=call, raised=res["raised"], message=res["message"]))
         got, kinds = res["value"], seen["kinds"]
         if kinds is None or len(kinds) != 2 or any(k not in ("int", "int64", "int32") for k in kinds):
-            raise Fail(f"accumulation_plan should return a tuple (micro_batch, steps) of two ints, got {got!r}")
+            raise Fail(tr("accumulation_plan should return a tuple (micro_batch, steps) of two ints, got {got}",
+                          got=repr(got)))
         micro, steps = got
         want_steps = next(s for s in range(1, eff + 1) if eff % s == 0 and eff // s <= mx)
         want = [eff // want_steps, want_steps]
         if got == want:
             return
         if [steps, micro] == want:  # either swapped, or a valid plan with too many steps: say both
-            raise Fail(f"{call} returned {tuple(got)}. If you meant (steps, micro_batch), return (micro_batch, "
-                       f"steps) instead. Read as (micro_batch, steps), it takes {steps} steps where {want[1]} "
-                       f"step(s) of {want[0]} also add up and fit: fewer steps means fewer, larger micro-batches.")
+            raise Fail(tr("{call} returned {got}. If you meant (steps, micro_batch), return (micro_batch, "
+                          "steps) instead. Read as (micro_batch, steps), it takes {steps} steps where {want_steps} "
+                          "step(s) of {want_micro} also add up and fit: fewer steps means fewer, larger micro-batches.",
+                          call=call, got=tuple(got), steps=steps, want_steps=want[1], want_micro=want[0]))
         if micro * steps != eff:
-            raise Fail(f"{call} returned micro_batch={micro}, steps={steps}: {micro} x {steps} = {micro * steps}, "
-                       f"not the effective batch {eff}; the micro-batch must divide it exactly")
+            raise Fail(tr("{call} returned micro_batch={micro}, steps={steps}: {micro} x {steps} = {product}, "
+                          "not the effective batch {eff}; the micro-batch must divide it exactly", call=call,
+                          micro=micro, steps=steps, product=micro * steps, eff=eff))
         if micro > mx:
-            raise Fail(f"{call} returned micro_batch={micro}, more than max_batch={mx}: accumulate over several "
-                       "smaller micro-batches")
-        raise Fail(f"{call} returned {steps} steps; {want_steps} step(s) of {eff // want_steps} also add up and fit, "
-                   "and fewer steps means fewer, larger micro-batches")
+            raise Fail(tr("{call} returned micro_batch={micro}, more than max_batch={max_batch}: accumulate over "
+                          "several smaller micro-batches", call=call, micro=micro, max_batch=mx))
+        raise Fail(tr("{call} returned {steps} steps; {want_steps} step(s) of {want_micro} also add up and fit, "
+                      "and fewer steps means fewer, larger micro-batches", call=call, steps=steps,
+                      want_steps=want_steps, want_micro=eff // want_steps))
 
 
 # --------------------------------------------------------------------------- q4
@@ -399,9 +415,10 @@ class q4:
         micro, eff, lr = case["micro"], case["effective"], case["lr"]
         if case.get("bad"):
             return expect_raised(seen["result"], f"train_with_accumulation(..., micro_batch={micro}, "
-                                 f"effective_batch={eff}, ...)", f"{micro} does not divide {eff}")
+                                 f"effective_batch={eff}, ...)",
+                                 tr("{micro} does not divide {eff}", micro=micro, eff=eff))
         if not seen["returned_model"]:
-            raise Fail("train_with_accumulation should return the model it was given, trained")
+            raise Fail(tr("train_with_accumulation should return the model it was given, trained"))
         steps, n = eff // micro, len(case["x"])
         w, b = np.array(seen["w"], "float64"), np.array(seen["b"], "float64")
         want_w, want_b = _reference_sgd(case["w0"], case["b0"], case["x"], case["y"], lr, eff)
@@ -409,27 +426,30 @@ class q4:
         if err > 1e-4:
             per_micro, _ = _reference_sgd(case["w0"], case["b0"], case["x"], case["y"], lr, micro)
             if steps > 1 and np.abs(w - per_micro).max() < 1e-4:
-                raise Fail(f"with micro_batch={micro} and effective_batch={eff}, your weights match one SGD update "
-                           f"per micro-batch: the gradients were not accumulated. Give the optimizer "
-                           f"gradient_accumulation_steps={steps}.")
-            raise Fail(f"on {n} random examples with micro_batch={micro}, effective_batch={eff}, "
-                       f"learning_rate={lr}: the weights differ from {n // eff} SGD steps with batch {eff} by "
-                       f"{err:.3g} (allowed 1e-4). Train in order (shuffle=False) with plain SGD and loss 'mse'.")
+                raise Fail(tr("with micro_batch={micro} and effective_batch={eff}, your weights match one SGD "
+                              "update per micro-batch: the gradients were not accumulated. Give the optimizer "
+                              "gradient_accumulation_steps={steps}.", micro=micro, eff=eff, steps=steps))
+            raise Fail(tr("on {n} random examples with micro_batch={micro}, effective_batch={eff}, "
+                          "learning_rate={lr}: the weights differ from {updates} SGD steps with batch {eff} by "
+                          "{err:.3g} (allowed 1e-4). Train in order (shuffle=False) with plain SGD and loss 'mse'.",
+                          n=n, micro=micro, eff=eff, lr=lr, updates=n // eff, err=err))
         passes, biggest, smallest = seen.get("passes") or [0, 0, 0]
         if passes != n // micro or biggest != micro or smallest != micro or seen.get("iterations") != n // eff:
-            raise Fail(f"the weights are right, but the training was not {n // micro} passes on micro-batches of "
-                       f"{micro} and {n // eff} optimizer updates: the model saw {passes} training pass(es) of "
-                       f"{smallest} to {biggest} rows and its optimizer made {seen.get('iterations')} update(s). "
-                       f"Compile the model with keras.optimizers.SGD(learning_rate, gradient_accumulation_steps="
-                       f"{steps if steps > 1 else None}) "
-                       f"and train it on batches of {micro} (not on big batches, nor with another optimizer that you "
-                       "replace afterwards).")
+            raise Fail(tr("the weights are right, but the training was not {want_passes} passes on micro-batches of "
+                          "{micro} and {updates} optimizer updates: the model saw {passes} training pass(es) of "
+                          "{smallest} to {biggest} rows and its optimizer made {iterations} update(s). "
+                          "Compile the model with keras.optimizers.SGD(learning_rate, gradient_accumulation_steps="
+                          "{acc}) and train it on batches of {micro} (not on big batches, nor with another optimizer "
+                          "that you replace afterwards).", want_passes=n // micro, micro=micro, updates=n // eff,
+                          passes=passes, smallest=smallest, biggest=biggest, iterations=seen.get("iterations"),
+                          acc=steps if steps > 1 else None))
         want_acc = steps if steps > 1 else None
         if seen["optimizer"] != "SGD" or seen["accumulation"] != want_acc:
-            raise Fail(f"the weights are right, but with micro_batch={micro} and effective_batch={eff} the model "
-                       f"should be compiled with keras.optimizers.SGD(learning_rate, gradient_accumulation_steps="
-                       f"{want_acc}) and trained on batches of {micro}; model.optimizer is {seen['optimizer']} with "
-                       f"gradient_accumulation_steps={seen['accumulation']}")
+            raise Fail(tr("the weights are right, but with micro_batch={micro} and effective_batch={eff} the model "
+                          "should be compiled with keras.optimizers.SGD(learning_rate, gradient_accumulation_steps="
+                          "{want_acc}) and trained on batches of {micro}; model.optimizer is {optimizer} with "
+                          "gradient_accumulation_steps={accumulation}", micro=micro, eff=eff, want_acc=want_acc,
+                          optimizer=seen["optimizer"], accumulation=seen["accumulation"]))
 
 
 # --------------------------------------------------------------------------- q5
@@ -467,39 +487,42 @@ class q5:
         total, n, reserve = case["total"], case["n"], case["reserve"]
         call = f"virtual_gpus({total}, {n}, reserve_mib={reserve})"
         if case.get("bad"):
-            return expect_raised(seen["result"], call, "there is not at least 1 MiB for each virtual GPU"
-                                 if n >= 1 else "n must be >= 1")
+            return expect_raised(seen["result"], call, tr("there is not at least 1 MiB for each virtual GPU")
+                                 if n >= 1 else tr("n must be >= 1"))
         if "raised" in seen["result"]:
-            raise Fail(f"{call} raised {seen['result']['raised']}: {seen['result']['message']}")
+            raise Fail(tr("{call} raised {raised}: {message}", call=call, raised=seen["result"]["raised"],
+                          message=seen["result"]["message"]))
         value = seen["result"]["value"]
         items = value["items"]
         if items is None or not all(it["config"] for it in items):
             what = value["type"] if items is None else [it["type"] for it in items][:3]
-            raise Fail(f"{call} should return a list of tf.config.LogicalDeviceConfiguration (what "
-                       f"set_logical_device_configuration takes), got {what}")
+            raise Fail(tr("{call} should return a list of tf.config.LogicalDeviceConfiguration (what "
+                          "set_logical_device_configuration takes), got {what}", call=call, what=what))
         if len(items) != n:
-            raise Fail(f"{call} returned {len(items)} configurations; it should return {n}, one per virtual GPU")
+            raise Fail(tr("{call} returned {count} configurations; it should return {n}, one per virtual GPU",
+                          call=call, count=len(items), n=n))
         want = (total // MiB - reserve) // n
         limits = [it["limit"] for it in items]
         if all(it["limit_type"] in ("int", "int64") for it in items) and limits == [want] * n:
             return
         got = limits[0]
         if not isinstance(got, (int, float)) or isinstance(got, bool):
-            raise Fail(f"{call}: memory_limit should be a whole number of MiB, got {got!r}")
+            raise Fail(tr("{call}: memory_limit should be a whole number of MiB, got {got}", call=call, got=repr(got)))
         if got >= 100 * want * 1024:
-            hint = (f"{got} is in bytes, but memory_limit takes MiB: TensorFlow would read it as {got} MiB, "
-                    "which is no limit at all. Divide bytes by 2**20.")
+            hint = tr("{got} is in bytes, but memory_limit takes MiB: TensorFlow would read it as {got} MiB, "
+                      "which is no limit at all. Divide bytes by 2**20.", got=got)
         elif got <= 1:
-            hint = ("that is a fraction, but memory_limit is an absolute size in MiB: TensorFlow keeps whole MiB, "
-                    "so this virtual GPU could hold nothing.")
+            hint = tr("that is a fraction, but memory_limit is an absolute size in MiB: TensorFlow keeps whole MiB, "
+                      "so this virtual GPU could hold nothing.")
         elif reserve and got == total // MiB // n:
-            hint = f"leave reserve_mib={reserve} MiB for the CUDA context and other processes before splitting."
+            hint = tr("leave reserve_mib={reserve} MiB for the CUDA context and other processes before splitting.",
+                      reserve=reserve)
         elif 1.04 < got / want < 1.06:
-            hint = "that counts MB (10**6 bytes); memory_limit is in MiB (2**20 bytes)."
+            hint = tr("that counts MB (10**6 bytes); memory_limit is in MiB (2**20 bytes).")
         elif not all(it["limit_type"] in ("int", "int64") for it in items) or got > want:
-            hint = ("round down to a whole number of MiB (//): the limits must add up to no more than the GPU "
-                    "minus the reserve, and TensorFlow truncates a fraction of a MiB anyway.")
+            hint = tr("round down to a whole number of MiB (//): the limits must add up to no more than the GPU "
+                      "minus the reserve, and TensorFlow truncates a fraction of a MiB anyway.")
         else:
-            hint = "every virtual GPU gets the same share: (total MiB - reserve_mib) // n."
-        raise Fail(f"{call}: expected memory_limit={want} (MiB) for each of the {n} virtual GPUs, got {limits}. "
-                   f"{hint}")
+            hint = tr("every virtual GPU gets the same share: (total MiB - reserve_mib) // n.")
+        raise Fail(tr("{call}: expected memory_limit={want} (MiB) for each of the {n} virtual GPUs, got {limits}. "
+                      "{hint}", call=call, want=want, n=n, limits=limits, hint=hint))
