@@ -14,13 +14,14 @@ loss divided by the global batch size passes. q5 kills a training run after a
 random step (an exception from ``on_step`` that ``except Exception`` cannot
 catch), restarts it on fresh weights and compares the final weights with an
 uninterrupted run.
+Every message goes through ``tr`` (the zh_CN catalogue, ``grading/locale/zh_CN.po``).
 """
 
 from __future__ import annotations
 
 import json
 
-from gpucourse.grading.items import Fail, expect_raised, item, outcome
+from gpucourse.grading.items import Fail, expect_raised, item, outcome, tr
 
 # --------------------------------------------------------------------------- shared
 
@@ -94,13 +95,13 @@ class q1:
         for run in seen["runs"]:
             n, got = run["replicas"], run["got"]
             if run["type"] not in ("int", "int64", "int32"):
-                raise Fail(f"global_batch should return a whole number of examples (an int), got {got!r} "
-                           f"({run['type']})")
+                raise Fail(tr("global_batch should return a whole number of examples (an int), got {got} ({kind})",
+                              got=repr(got), kind=run["type"]))
             if got != per * n:
-                hint = (" Use strategy.num_replicas_in_sync, not the number of devices on the machine."
+                hint = (tr(" Use strategy.num_replicas_in_sync, not the number of devices on the machine.")
                         if got == per * seen["machine"] else "")
-                raise Fail(f"for a MirroredStrategy over {n} device(s) and per_replica={per}, expected {per * n}, "
-                           f"got {got!r}.{hint}")
+                raise Fail(tr("for a MirroredStrategy over {n} device(s) and per_replica={per}, expected {want}, "
+                              "got {got}.{hint}", n=n, per=per, want=per * n, got=repr(got), hint=hint))
 
 
 # --------------------------------------------------------------------------- q2
@@ -157,32 +158,36 @@ class q2:
 
     def judge(case, seen):
         if "type" in seen and seen["type"] != "Dataset":
-            raise Fail(f"dataset_fn(ctx) should return a tf.data.Dataset, got {seen['type']}")
+            raise Fail(tr("dataset_fn(ctx) should return a tf.data.Dataset, got {kind}", kind=seen["type"]))
         if case.get("through_strategy"):
             reps, gbs = seen["replicas"], seen["gbs"]
             if seen["sizes"] != [case["per"]] * reps:
-                raise Fail(f"through strategy.distribute_datasets_from_function with {reps} replicas and global batch "
-                           f"{gbs}, each replica should get {case['per']} examples, got {seen['sizes']}")
+                raise Fail(tr("through strategy.distribute_datasets_from_function with {reps} replicas and global "
+                              "batch {gbs}, each replica should get {per} examples, got {sizes}", reps=reps, gbs=gbs,
+                              per=case["per"], sizes=seen["sizes"]))
             return
         pipelines, replicas, gbs, n = case["pipelines"], case["replicas"], case["gbs"], case["n"]
         per = gbs // replicas
         every = []
         for pipe in seen["pipelines"]:
             if pipe["endless"]:
-                raise Fail("the dataset seems endless: do not .repeat() it, the training loop decides how long to run")
+                raise Fail(tr("the dataset seems endless: do not .repeat() it, the training loop decides how long "
+                              "to run"))
             sizes = sorted({len(b["x"]) for b in pipe["batches"]})
             if sizes != [per]:
-                raise Fail(f"with {pipelines} input pipeline(s), {replicas} replicas and global batch {gbs}, every "
-                           f"batch should hold {per} examples (the per-replica batch), got batch sizes {sizes}")
+                raise Fail(tr("with {pipelines} input pipeline(s), {replicas} replicas and global batch {gbs}, every "
+                              "batch should hold {per} examples (the per-replica batch), got batch sizes {sizes}",
+                              pipelines=pipelines, replicas=replicas, gbs=gbs, per=per, sizes=sizes))
             for b in pipe["batches"]:
                 if any(abs(yv - 3.0 * xv) > 1e-3 * max(1.0, abs(xv)) for xv, yv in zip(b["x"], b["y"])):
-                    raise Fail("the x and y of a batch no longer belong together (y = 3x in this test); "
-                               "shuffle or shard (x, y) pairs, not x and y separately")
+                    raise Fail(tr("the x and y of a batch no longer belong together (y = 3x in this test); "
+                                  "shuffle or shard (x, y) pairs, not x and y separately"))
                 every.extend(b["x"])
         if len(every) != n or len(set(every)) != n:
-            raise Fail(f"with {pipelines} input pipeline(s) and {n} examples, the pipelines together should yield "
-                       f"each example exactly once; they yielded {len(every)} examples, {len(set(every))} "
-                       "distinct. Shard by ctx.num_input_pipelines and ctx.input_pipeline_id.")
+            raise Fail(tr("with {pipelines} input pipeline(s) and {n} examples, the pipelines together should yield "
+                          "each example exactly once; they yielded {count} examples, {distinct} distinct. Shard by "
+                          "ctx.num_input_pipelines and ctx.input_pipeline_id.", pipelines=pipelines, n=n,
+                          count=len(every), distinct=len(set(every))))
 
 
 # --------------------------------------------------------------------------- q3
@@ -244,7 +249,7 @@ class q3:
         strategy = _all_devices_strategy()
         n = int(strategy.num_replicas_in_sync)
         if n < 2:
-            raise Fail("this check needs at least 2 devices: run the setup cell at the top of the lab first")
+            raise Fail(tr("this check needs at least 2 devices: run the setup cell at the top of the lab first"))
         gbs = case["gbs"]
         model = _linear_model(strategy, case["kernel"], case["bias"])
         with strategy.scope():
@@ -266,8 +271,8 @@ class q3:
         import numpy as np
 
         if "unreduced" in seen:
-            raise Fail("step(batch) should return the loss as a scalar (reduce the per-replica losses with "
-                       f"strategy.reduce), got {seen['unreduced']}")
+            raise Fail(tr("step(batch) should return the loss as a scalar (reduce the per-replica losses with "
+                          "strategy.reduce), got {got}", got=seen["unreduced"]))
         n, gbs = seen["replicas"], case["gbs"]
         x, y = case["x"], case["y"]
         kernel, bias = case["kernel"], case["bias"]
@@ -275,22 +280,25 @@ class q3:
             xb, yb = x[k * gbs:(k + 1) * gbs], y[k * gbs:(k + 1) * gbs]
             losses, w, b, _ = _sgd_linear(kernel, bias, [(xb, yb)], case["lr"])
             want = losses[0]
-            where = f"{n} replicas, global batch {gbs} (split {_split(gbs, n)}), step {k + 1}"
+            where = tr("{n} replicas, global batch {gbs} (split {split}), step {k}", n=n, gbs=gbs,
+                       split=_split(gbs, n), k=k + 1)
             if not np.isclose(got["loss"], want, rtol=1e-3, atol=1e-6):
-                hint = ("Average per example with tf.nn.compute_average_loss(..., global_batch_size=...) and "
-                        "reduce with SUM.")
+                hint = tr("Average per example with tf.nn.compute_average_loss(..., global_batch_size=...) and "
+                          "reduce with SUM.")
                 if np.isclose(got["loss"], _mean_of_replica_means(kernel, bias, xb, yb, n), rtol=1e-3):
-                    hint = ("You averaged per replica (reduce_mean, or compute_average_loss without a size) and "
-                            "divided by the replica count: that is wrong when the replicas hold different numbers "
-                            "of examples. Divide each replica's sum by the global batch size: "
-                            "tf.nn.compute_average_loss(per_example, global_batch_size=global_batch_size).")
-                raise Fail(f"{where}: the loss should be the mean squared error over the global batch, "
-                           f"{want:.6f}; got {got['loss']:.6f} (ratio {got['loss'] / want:.2f}). {hint}")
+                    hint = tr("You averaged per replica (reduce_mean, or compute_average_loss without a size) and "
+                              "divided by the replica count: that is wrong when the replicas hold different numbers "
+                              "of examples. Divide each replica's sum by the global batch size: "
+                              "tf.nn.compute_average_loss(per_example, global_batch_size=global_batch_size).")
+                raise Fail(tr("{where}: the loss should be the mean squared error over the global batch, "
+                              "{want:.6f}; got {got:.6f} (ratio {ratio:.2f}). {hint}", where=where, want=want,
+                              got=got["loss"], ratio=got["loss"] / want, hint=hint))
             diff = max(float(np.abs(np.array(a) - c).max()) for a, c in zip(got["weights"], (w, b)))
             if diff > 1e-3:
-                raise Fail(f"{where}: the loss is right but the weights after the update differ from "
-                           f"single-device SGD by up to {diff:.2g}. Gradients are summed over replicas, so each "
-                           "replica's loss must be divided by the GLOBAL batch size, not averaged over its own share.")
+                raise Fail(tr("{where}: the loss is right but the weights after the update differ from "
+                              "single-device SGD by up to {diff:.2g}. Gradients are summed over replicas, so each "
+                              "replica's loss must be divided by the GLOBAL batch size, not averaged over its own "
+                              "share.", where=where, diff=diff))
             kernel, bias = w.tolist(), b.tolist()
 
 
@@ -339,32 +347,35 @@ class q4:
         ports, index = case["ports"], case["index"]
         call = f"make_tf_config({ports}, {index})"
         if seen["changed_env"]:
-            raise Fail(f"{call} changed os.environ['TF_CONFIG']: it should only return the string. Setting it in "
-                       "this notebook makes the kernel itself a cluster worker for every strategy created "
-                       "afterwards (the check has put it back).")
+            raise Fail(tr("{call} changed os.environ['TF_CONFIG']: it should only return the string. Setting it in "
+                          "this notebook makes the kernel itself a cluster worker for every strategy created "
+                          "afterwards (the check has put it back).", call=call))
         if case.get("bad"):
             return expect_raised(seen["result"], call, "index out of range or repeated port")
         result = seen["result"]
         if "raised" in result:
-            raise Fail(f"{call} raised {result['raised']}: {result.get('message', '')}")
+            raise Fail(tr("{call} raised {raised}: {message}", call=call, raised=result["raised"],
+                          message=result.get("message", "")))
         text = result["value"]
         if not isinstance(text, str):
-            raise Fail(f"{call} should return a JSON string (environment variables are strings), got {text!r}")
+            raise Fail(tr("{call} should return a JSON string (environment variables are strings), got {got}",
+                          call=call, got=repr(text)))
         try:
             parsed = json.loads(text)
         except ValueError as err:
-            raise Fail(f"{call} is not valid JSON ({err}): {text[:120]}")
+            raise Fail(tr("{call} is not valid JSON ({err}): {text}", call=call, err=err, text=text[:120]))
         want_cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
         if not isinstance(parsed, dict) or parsed.get("cluster") != want_cluster:
             got = parsed.get("cluster") if isinstance(parsed, dict) else parsed
-            raise Fail(f"for ports {ports} the cluster should be {want_cluster}, got {got}")
+            raise Fail(tr("for ports {ports} the cluster should be {want}, got {got}", ports=ports, want=want_cluster,
+                          got=got))
         task = parsed.get("task")
         if task != {"type": "worker", "index": index}:
-            raise Fail(f"for index {index} the task should be {{'type': 'worker', 'index': {index}}} (index an "
-                       f"int), got {task}")
+            raise Fail(tr("for index {index} the task should be {want} (index an int), got {task}", index=index,
+                          want=f"{{'type': 'worker', 'index': {index}}}", task=task))
         read = seen.get("tf_read", {})
         if read.get("cluster") != want_cluster or read.get("task") != ["worker", index]:
-            raise Fail(f"TensorFlow's TFConfigClusterResolver read {read} from {text[:120]}")
+            raise Fail(tr("TensorFlow's TFConfigClusterResolver read {read} from {text}", read=read, text=text[:120]))
 
 
 # --------------------------------------------------------------------------- q5
@@ -478,25 +489,29 @@ class q5:
         steps, every, crash = case["steps"], case["save_every"], case["crash_at"]
         gbs = case["gbs"]
         batches = [(case["x"][k * gbs:(k + 1) * gbs], case["y"][k * gbs:(k + 1) * gbs]) for k in range(steps)]
-        where = f"(steps={steps}, save_every={every}, killed after step {crash})"
+        where = tr("(steps={steps}, save_every={every}, killed after step {crash})", steps=steps, every=every,
+                   crash=crash)
         if seen["first"] == "went on":
-            raise Fail(f"the check killed the first run after step {crash}, yet its model and optimizer changed "
-                       "afterwards: a killed worker trains no further. Let what on_step raises propagate; after "
-                       "the restart only what was saved on disk is left.")
+            raise Fail(tr("the check killed the first run after step {crash}, yet its model and optimizer changed "
+                          "afterwards: a killed worker trains no further. Let what on_step raises propagate; after "
+                          "the restart only what was saved on disk is left.", crash=crash))
         if seen["first"] != "killed" or seen["first_steps"] != list(range(1, crash + 1)):
-            raise Fail(f"the first run should call on_step(k) after each step k = 1, 2, ... and let what on_step "
-                       f"raises propagate; the check kills the run after step {crash}. on_step saw "
-                       f"{seen['first_steps'][:12]} and the run {'ended normally' if seen['first'] == 'finished' else 'was killed'}.")
+            raise Fail(tr("the first run should call on_step(k) after each step k = 1, 2, ... and let what on_step "
+                          "raises propagate; the check kills the run after step {crash}. on_step saw {saw} and the "
+                          "run {ended}.", crash=crash, saw=seen["first_steps"][:12],
+                          ended=tr("ended normally") if seen["first"] == "finished" else tr("was killed")))
         resume = (crash // every) * every  # the last checkpoint written before the failure
         want_steps = list(range(resume + 1, steps + 1))
         got_steps = seen["second_steps"]
         if got_steps != want_steps:
             first = got_steps[0] if got_steps else None
-            raise Fail(f"after the restart {where} training should continue at step {resume + 1} (the last "
-                       f"checkpoint was written after step {resume}) and call on_step for steps {want_steps}; "
-                       f"it called it for {got_steps[:12]}. "
-                       + ("Restore the latest checkpoint (model, optimizer and the step counter) before training."
-                          if first == 1 else "Restore the LATEST checkpoint, and keep the step counter in it."))
+            raise Fail(tr("after the restart {where} training should continue at step {step} (the last "
+                          "checkpoint was written after step {resume}) and call on_step for steps {want}; "
+                          "it called it for {got}. {hint}", where=where, step=resume + 1, resume=resume,
+                          want=want_steps, got=got_steps[:12],
+                          hint=tr("Restore the latest checkpoint (model, optimizer and the step counter) before "
+                                  "training.") if first == 1
+                          else tr("Restore the LATEST checkpoint, and keep the step counter in it.")))
         later = [(case["x"][k * gbs:(k + 1) * gbs], case["y_restart"][k * gbs:(k + 1) * gbs]) for k in range(steps)]
         batches = batches[:resume] + later[resume:]  # the restart trains on its own data
         ref_losses, w, b, _ = _sgd_linear(case["kernel"], case["bias"], batches, case["lr"], case["momentum"])
@@ -504,9 +519,9 @@ class q5:
         if max(float(np.abs(g - r).max()) for g, r in zip(got_w, (w, b))) <= 1e-3:
             if not isinstance(seen["losses"], list) or not np.allclose(seen["losses"], ref_losses[resume:],
                                                                            rtol=1e-3, atol=1e-6):
-                raise Fail(f"the final weights are right, but train_resumable should return the losses of the "
-                           f"steps it trained ({len(want_steps)} floats for steps {want_steps}), got "
-                           f"{str(seen['losses'])[:120]}")
+                raise Fail(tr("the final weights are right, but train_resumable should return the losses of the "
+                              "steps it trained ({n} floats for steps {steps}), got {got}", n=len(want_steps),
+                              steps=want_steps, got=str(seen["losses"])[:120]))
             return
         # Diagnose with the wrong answers the classic mistakes give.
         _, w0, b0, vel = _sgd_linear(case["kernel"], case["bias"], batches[:resume], case["lr"], case["momentum"])
@@ -517,12 +532,15 @@ class q5:
             return max(float(np.abs(g - r).max()) for g, r in zip(got_w, pair)) <= 1e-3
 
         if close((nw, nb)):
-            hint = ("The optimizer's momentum was not restored: put the optimizer in the checkpoint "
-                    "(tf.train.Checkpoint(model=model, optimizer=optimizer, step=...)).")
+            hint = tr("The optimizer's momentum was not restored: put the optimizer in the checkpoint "
+                      "(tf.train.Checkpoint(model=model, optimizer=optimizer, step=...)).")
         elif close((dw, db)):
-            hint = (f"After resuming at step {resume + 1} the run trained on the first batches again: skip the "
-                    f"{resume} batches already trained on (dataset.skip(...)).")
+            hint = tr("After resuming at step {step} the run trained on the first batches again: skip the "
+                      "{resume} batches already trained on (dataset.skip(...)).", step=resume + 1, resume=resume)
         else:
-            hint = "Checkpoint model, optimizer and step counter together, restore all three, and skip the batches already seen."
-        raise Fail(f"after the restart {where} the final weights differ from an uninterrupted run of {steps} "
-                   f"steps (on the restart's own data after step {resume}) by up to {max(float(np.abs(g - r).max()) for g, r in zip(got_w, (w, b))):.2g}. {hint}")
+            hint = tr("Checkpoint model, optimizer and step counter together, restore all three, and skip the "
+                      "batches already seen.")
+        raise Fail(tr("after the restart {where} the final weights differ from an uninterrupted run of {steps} "
+                      "steps (on the restart's own data after step {resume}) by up to {diff:.2g}. {hint}",
+                      where=where, steps=steps, resume=resume,
+                      diff=max(float(np.abs(g - r).max()) for g, r in zip(got_w, (w, b))), hint=hint))
