@@ -294,9 +294,9 @@ def _merge(entries: list[Entry], wanted: list[tuple[str | None, str, str]], head
 
 #: The message catalogue of what check() and the grader print (``gpucourse.grading.items.tr`` reads it).
 CATALOGUE = Path(__file__).resolve().parent / "grading" / "locale" / "zh_CN.po"
-#: The code whose messages are translated: the checker, and the labs whose feedback is (labs 01, 02, 05 and 09 so far).
-MESSAGE_SOURCES = ("grading/items.py", "grading/checker.py", "labtests/lab01.py", "labtests/lab02.py",
-                   "labtests/lab05.py", "labtests/lab09.py")
+#: The code whose messages are translated: the checker, and every lab's item feedback.
+MESSAGE_SOURCES = ("grading/items.py", "grading/checker.py",
+                   *(f"labtests/lab{n:02d}.py" for n in range(1, 10)))
 
 
 _FIELDS = re.compile(r"(?<!\{)\{(\w*)[^{}]*\}")
