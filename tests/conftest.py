@@ -1,4 +1,5 @@
-"""Shared fixtures for the course's own tests (the notebooks are tested by nbval)."""
+"""Shared fixtures and collection rules for the course's own tests (the notebooks are tested by nbval, or by the
+browser test's live run with nbval's comparison: :func:`_run_once`)."""
 
 import os
 import subprocess
@@ -53,9 +54,31 @@ def _start_rank(item) -> int:
     return next((rank for rank, prefix in enumerate(LONGEST_FIRST) if path.startswith(prefix)), len(LONGEST_FIRST))
 
 
+def _run_once(config, items) -> None:
+    """A tutorial is executed once per run: when the browser test runs it live and compares its checked cells
+    (``tests/test_browser.py::test_tutorial_checked_outputs``, with nbval's own comparison), nbval's items for
+    that tutorial are deselected. Without a browser (outside CI) nbval runs it as before."""
+    compared = {i.callspec.params["path"].name for i in items
+                if i.nodeid.startswith("tests/test_browser.py::test_tutorial_checked_outputs[")}
+    if not compared:
+        return
+    from tests.browser_tools import can_run
+
+    if not can_run():
+        return
+    again = [i for i in items if i.nodeid.startswith("notebooks/") and i.nodeid.split("::")[0].count("/") == 1
+             and i.nodeid.split("::")[0].split("/")[1] in compared]
+    if again:
+        drop = set(again)
+        items[:] = [i for i in items if i not in drop]
+        config.hook.pytest_deselected(items=again)
+
+
+@pytest.hookimpl(trylast=True)  # after -m/-k have deselected: only what really runs counts
 def pytest_collection_modifyitems(config, items):
-    """Longest files first (:data:`LONGEST_FIRST`). Tests marked ``gpu`` skip cleanly without a GPU; with
-    GPUCOURSE_REQUIRE_GPU=1 (the GPU CI job) they fail."""
+    """A tutorial runs once (:func:`_run_once`). Longest files first (:data:`LONGEST_FIRST`). Tests marked
+    ``gpu`` skip cleanly without a GPU; with GPUCOURSE_REQUIRE_GPU=1 (the GPU CI job) they fail."""
+    _run_once(config, items)
     items[:] = sorted(items, key=_start_rank)  # stable
     gpu_items = [i for i in items if i.get_closest_marker("gpu")]
     if not gpu_items or _gpu_count() or os.environ.get("GPUCOURSE_REQUIRE_GPU") == "1":

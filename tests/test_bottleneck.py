@@ -335,3 +335,28 @@ def test_real_traces_on_this_cpu(fresh_python):
     assert lines[0] == "['host-bound', 'device-bound']"
     assert lines[1] == "CPU_ONLY True True"
     assert lines[2] == "True" and lines[3] == "True"
+
+
+def test_take_minimum_keeps_each_columns_least_interrupted_time():
+    """One interrupted op (40 ms in a device span) makes the summed steps device-bound; the minimum is not."""
+    clean = {"stepTimeMs": 12.0, "deviceComputeTimeMs": 2.4, "otherTimeMs": 9.6}
+    hit = {"stepTimeMs": 52.0, "deviceComputeTimeMs": 42.4, "otherTimeMs": 9.6}
+    slow_host = {"stepTimeMs": 20.0, "deviceComputeTimeMs": 2.6, "otherTimeMs": 17.4}
+    rows = [hit, clean, slow_host]
+    assert bottleneck.classify(rows).kind == "device-bound"
+    least = bottleneck.take_minimum(rows)
+    assert least["stepTimeMs"] == 12.0 and least["deviceComputeTimeMs"] == 2.4 and least["otherTimeMs"] == 9.6
+    assert least["infeedTimeMs"] == 0.0
+    assert bottleneck.classify(least).kind == "host-bound"
+    big = [{"stepTimeMs": 10.0, "deviceComputeTimeMs": 8.0, "otherTimeMs": 2.0},
+           {"stepTimeMs": 30.0, "deviceComputeTimeMs": 8.5, "otherTimeMs": 21.5}]  # a truly device-bound step
+    assert bottleneck.classify(bottleneck.take_minimum(big)).kind == "device-bound"
+
+
+def test_take_minimum_bad_input():
+    with pytest.raises(TypeError, match="list of step-table rows"):
+        bottleneck.take_minimum({"stepTimeMs": 1.0})
+    with pytest.raises(ValueError, match="rows is empty"):
+        bottleneck.take_minimum([])
+    with pytest.raises(ValueError, match="stepTimeMs"):
+        bottleneck.take_minimum([{"otherTimeMs": 1.0}])

@@ -1,4 +1,5 @@
-"""Real browser: every tutorial run live in JupyterLab, and TensorBoard's profile page, in headless Chromium.
+"""Real browser: every tutorial run live in JupyterLab, the Chinese edition there, and TensorBoard's profile
+page, in headless Chromium (driven with ``tests/browser_tools.py``).
 
 What a learner would see, checked for each tutorial in ``notebooks/`` (all open at once, one
 JupyterLab tab each, in one browser page, against one JupyterLab server on loopback), each run
@@ -15,7 +16,16 @@ JupyterLab tab each, in one browser page, against one JupyterLab server on loopb
 * every slider's track is at least :data:`MIN_TRACK_PX` wide, and one slider per notebook that has
   one is dragged with the mouse (not the keyboard) and its explorer updates;
 * every plot appears (at least as many loaded images as the stored notebook has plots);
-* one screenshot per notebook is kept in ``test-artifacts/`` (CI uploads it).
+* one screenshot per notebook is kept in ``test-artifacts/`` (CI uploads it);
+* the notebook is saved as a learner saves it (Ctrl+S), kept in ``test-artifacts/`` too, and its checked
+  cells (``# NBVAL_CHECK_OUTPUT``) must match the stored outputs under nbval's own comparison
+  (``tests/checked_outputs.py``). So `make test` executes each tutorial once, here: ``tests/conftest.py``
+  deselects nbval's items for the tutorials whenever this module runs with a browser.
+
+The Chinese edition, in the same JupyterLab: a zh tutorial's title and a zh lab's ``check()`` feedback (after a
+wrong answer typed into the lab, as a learner would) must be Chinese, drawn with a CJK font (Chromium's own
+report of the fonts it used: :func:`tests.browser_tools.rendered_fonts`; Debian's fonts-noto-cjk, installed
+by `make test`), with a screenshot each.
 
 The running happens once, in a module fixture; each notebook then has its own test that reports
 what was seen.
@@ -31,28 +41,31 @@ blocked and recorded.
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import secrets
 import shutil
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
 import pytest
 
+from tests.browser_tools import (CHROMIUM_ARGS, CJK_FONT, PROGRESS_JS, JupyterLab, chromium, current_tab,
+                                 free_port, loopback_only, open_document, rendered_fonts, start_cells, stop,
+                                 sync_playwright, type_into_cell, wait_http, wait_loaded)
+
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
 TUTORIALS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run", "--disable-quic", "--disable-dev-shm-usage"]
+#: The Chinese edition seen in JupyterLab: one tutorial, and one lab with a wrong answer typed into a cell.
+ZH_TUTORIAL = ROOT / "notebooks" / "zh-CN" / "05_mixed_precision.ipynb"
+ZH_LAB = ROOT / "labs" / "zh-CN" / "01_device_detection.ipynb"
+#: Lab 01's q1 answered wrongly (an empty dict for every list): its check() says why, in Chinese.
+ZH_WRONG_ANSWER = ("summarise_devices", "def summarise_devices(devices):\n    return {}\n")
 RUN_TIMEOUT_S = 300
 INTERACTION_TIMEOUT_S = 60
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
@@ -81,121 +94,6 @@ BADGE_IMAGES = ("https://colab.research.google.com/assets/colab-badge.svg",
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 
-def _need(what: str, why: str):
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"{what} is required in CI: {why}")
-    pytest.skip(f"{what} not available: {why}")
-
-
-#: Chromium-family browsers Playwright can drive through executable_path (no browser download):
-#: Debian's chromium here, Google Chrome on GitHub's hosted Ubuntu runners. $CHROMIUM overrides.
-BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
-
-
-def chromium() -> str:
-    override = os.environ.get("CHROMIUM")
-    if override:
-        if not (shutil.which(override) or os.path.isfile(override)):
-            pytest.fail(f"CHROMIUM={override!r} is not an executable")
-        return shutil.which(override) or override
-    for name in BROWSERS:
-        path = shutil.which(name)
-        if path:
-            return path
-    _need("chromium", "install Debian's package: apt-get install chromium (make test does this as root)")
-
-
-def sync_playwright():
-    try:
-        from playwright.sync_api import sync_playwright as start
-    except ImportError:
-        _need("playwright", "pip install playwright (the Python package; no browser download is needed)")
-    return start()
-
-
-def loopback_only(page, blocked: list) -> None:
-    """Let ``page`` reach 127.0.0.1 only; every other request is aborted and appended to ``blocked``."""
-    def route(r):
-        url = r.request.url
-        if url.startswith(("http://127.0.0.1", "ws://127.0.0.1", "data:", "blob:", "about:")):
-            r.continue_()
-        else:
-            blocked.append(url)
-            r.abort()
-    page.route("**/*", route)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_http(url: str, proc: subprocess.Popen, log: Path, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}; log:\n{log.read_text()[-3000:]}")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.5)
-    raise TimeoutError(f"{url} did not answer within {timeout:.0f} s; log:\n{log.read_text()[-3000:]}")
-
-
-def stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=20)
-
-
-class JupyterLab:
-    """A JupyterLab server on 127.0.0.1 serving ``root``, with its own settings and a random token."""
-
-    SETTINGS = {
-        # every cell in the DOM, so every output can be checked without scrolling
-        "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
-        # no "get notified about Jupyter news?" toast, no update check (it would leave loopback)
-        "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false",
-                                                                            "checkForUpdates": False},
-    }
-
-    def __init__(self, root: Path, home: Path):
-        self.port, self.token = free_port(), secrets.token_hex(16)
-        for name, value in self.SETTINGS.items():
-            path = home / "settings" / name
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(value))
-        env = {**os.environ, "JUPYTERLAB_SETTINGS_DIR": str(home / "settings"),
-               "JUPYTERLAB_WORKSPACES_DIR": str(home / "workspaces"), "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
-               "JUPYTER_CONFIG_DIR": str(home / "config")}
-        # the kernels must behave as for a learner on Colab: inline plots, live widgets, and TensorFlow's
-        # log level as the setup cell leaves it (1: warnings and errors show), not the test suite's 2
-        for name in ("PYTEST_CURRENT_TEST", "MPLBACKEND", "GPUCOURSE_STATIC", "TF_CPP_MIN_LOG_LEVEL"):
-            env.pop(name, None)
-        self.log_path = home / "jupyterlab.log"
-        self.log = open(self.log_path, "w")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={self.port}",
-             f"--IdentityProvider.token={self.token}", f"--ServerApp.root_dir={root}", "--allow-root",
-             "--ServerApp.disable_check_xsrf=True", "--LabApp.news_url=",
-             "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
-            env=env, stdout=self.log, stderr=subprocess.STDOUT)
-        wait_http(f"http://127.0.0.1:{self.port}/api/status?token={self.token}", self.proc, self.log_path, 90)
-
-    def url(self, path: str, workspace: str) -> str:
-        return f"http://127.0.0.1:{self.port}/lab/workspaces/{workspace}/tree/{path}?token={self.token}&reset"
-
-    def close(self) -> None:
-        stop(self.proc)
-        self.log.close()
-
-
 # ----------------------------------------------------------------------------------- what was seen
 
 @dataclass
@@ -217,6 +115,8 @@ class Seen:
     images_broken: int = 0
     explorers: list = field(default_factory=list)    # [{title, control, before, after}]
     screenshot: str = ""
+    saved: str = ""                             # the notebook as saved after the run (Ctrl+S), kept
+    save_error: str = ""
     blocked: list = field(default_factory=list)
 
 
@@ -258,17 +158,6 @@ def unexplained_stderr(texts: list[str]) -> list[str]:
     lines = [ln for t in texts for ln in t.splitlines() if ln.strip()]
     return [ln for ln in lines if not any(re.search(pattern, ln) for pattern, _ in STDERR_ALLOWED)]
 
-
-PROGRESS_JS = """(root, [kept, total]) => {
-  const cells = [...root.querySelectorAll('.jp-Notebook .jp-Cell')];
-  if (cells.length !== total) return 'loading';
-  const run = kept.map(i => cells[i]);
-  if (run.some(c => c.querySelector('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.error"]')))
-    return 'error';
-  const prompts = run.map(c => (c.querySelector('.jp-InputArea-prompt') || {innerText: ''}).innerText);
-  if (prompts.every(p => /\\[\\d+\\]/.test(p))) return 'done';
-  return prompts.some(p => p.includes('*')) ? 'running' : 'waiting';
-}"""
 
 OUTPUTS_JS = """root => [...root.querySelectorAll('.jp-OutputArea-output')].map(e => ({
   mime: e.getAttribute('data-mime-type') || '', text: e.innerText,
@@ -312,36 +201,6 @@ def drag_a_slider(page, root) -> dict:
         return {"how": f"dragged explorer {i}'s slider {dx:+.0f} px with the mouse", "before": before,
                 "after": status.inner_text()}
     return {}
-
-
-def open_notebook(page, name: str):
-    """Open ``name`` from the file browser (a double click, as a learner does) unless it is open;
-    make its tab the current one and return the locator of its panel."""
-    tab = page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab", has_text=name)
-    if not tab.count():
-        page.locator(".jp-DirListing-itemName", has_text=name).first.dblclick()
-        tab.first.wait_for(timeout=120_000)
-    tab.first.click()
-    return page.locator(f'[id="{tab.first.get_attribute("data-id")}"]')
-
-
-def start_cells(page, root, kept: list[int], total: int) -> None:
-    """Queue the cells ``kept`` (indices in nb.cells) of the current notebook ``root``, in order:
-    select each one, then Ctrl+Enter."""
-    root.wait_for(timeout=120_000)
-    page.wait_for_function("([el, n]) => el.querySelectorAll('.jp-Notebook .jp-Cell').length === n",
-                           arg=[root.element_handle(), total], timeout=180_000)
-    # its own kernel up (the status bar may still show the previous notebook's)
-    root.locator('.jp-Notebook-ExecutionIndicator[data-status="idle"]').wait_for(timeout=180_000)
-    cells = root.locator(".jp-Notebook .jp-Cell")
-    for i in kept:
-        cell = cells.nth(i)
-        cell.locator(".jp-InputPrompt").first.click()  # selects the cell, in command mode
-        page.wait_for_function("el => el.classList.contains('jp-mod-active')", arg=cell.element_handle(),
-                               timeout=30_000)
-        page.keyboard.press("Control+Enter")  # run the selected cell, stay on it
-        page.wait_for_function("el => /\\[(\\*|\\d+)\\]/.test(el.querySelector('.jp-InputPrompt').innerText)",
-                               arg=cell.element_handle(), timeout=30_000)  # queued or done
 
 
 def interact(page, explorer, index: int) -> dict:
@@ -396,6 +255,28 @@ def interact(page, explorer, index: int) -> dict:
     return {"index": index, "how": how, "before": before, "after": status.inner_text()}
 
 
+def save_run(page, root, served: Path, seen: Seen, keep: Path) -> None:
+    """Save the finished notebook as a learner does (Ctrl+S in its tab), wait until the file JupyterLab wrote
+    has every cell run, and keep a copy at ``keep`` (``seen.saved``; else ``seen.save_error`` says why)."""
+    root.locator(".jp-InputPrompt").first.click()  # a cell selected, in command mode: the shortcut is the notebook's
+    page.keyboard.press("Control+s")
+    deadline, why = time.monotonic() + 60, "JupyterLab wrote nothing"
+    while time.monotonic() < deadline:
+        try:
+            nb = nbformat.read(served, as_version=4)
+            unrun = [i for i in seen.cells if nb.cells[i].execution_count is None]
+            if not unrun:
+                keep.parent.mkdir(parents=True, exist_ok=True)
+                nbformat.write(nb, keep)
+                seen.saved = str(keep)
+                return
+            why = f"the saved file still has cells {unrun[:5]} not run"
+        except Exception as exc:  # noqa: BLE001 - a file half written: read it again
+            why = f"{type(exc).__name__}: {exc}"
+        page.wait_for_timeout(500)
+    seen.save_error = f"{why} after Ctrl+S (60 s)"
+
+
 def look(page, root, seen: Seen, shot: Path) -> None:
     """Fill ``seen`` from the finished notebook ``root``, interact with every explorer, take the screenshot."""
     outputs = root.evaluate(OUTPUTS_JS)
@@ -419,21 +300,76 @@ def look(page, root, seen: Seen, shot: Path) -> None:
     seen.screenshot = str(shot)
 
 
+@dataclass
+class ChineseSeen:
+    """What the browser saw of the Chinese edition in JupyterLab."""
+
+    tutorial_text: str = ""                         # the zh tutorial's first Chinese text (its title)
+    tutorial_fonts: dict = field(default_factory=dict)  # {font family: glyphs} used to draw it
+    lab_status: str = "not started"
+    lab_feedback: str = ""                          # what check() printed after the wrong answer
+    lab_fonts: dict = field(default_factory=dict)
+    screenshots: list = field(default_factory=list)
+
+
+#: Marks the element holding the first Chinese text under ``root`` and returns that text (or null).
+MARK_CHINESE_JS = """(root, mark) => {
+  const walk = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
+  for (let n = walk.nextNode(); n; n = walk.nextNode())
+    if (/[\u4e00-\u9fff]/.test(n.textContent) && n.parentElement.getBoundingClientRect().height > 0) {
+      n.parentElement.setAttribute('data-chinese', mark);
+      return n.parentElement.innerText;
+    }
+  return null;
+}"""
+
+
+def look_chinese(page, root, mark: str) -> tuple[str, dict]:
+    """(the first Chinese text shown under ``root``, {font family: glyphs} Chromium drew it with)."""
+    text = root.evaluate(MARK_CHINESE_JS, mark)
+    if not text:
+        return "", {}
+    element = page.locator(f'[data-chinese="{mark}"]').first
+    element.scroll_into_view_if_needed()
+    return text, rendered_fonts(page, element)
+
+
+def zh_lab_cells(path: Path) -> tuple[int, list[int]]:
+    """(the cell to type the wrong answer into, the code cells to run: from the top to the first check())."""
+    nb = nbformat.read(path, as_version=4)
+    answer = next(i for i, c in enumerate(nb.cells) if c.source.startswith(f"def {ZH_WRONG_ANSWER[0]}("))
+    check = next(i for i, c in enumerate(nb.cells) if i > answer and "check(" in c.source)
+    return answer, [i for i, c in enumerate(nb.cells[:check + 1]) if c.cell_type == "code"]
+
+
+def serve(served: Path) -> dict:
+    """Copy what the browser runs into ``served`` (autosave must never touch the repository): the tutorials and
+    the zh notebooks without outputs, and the files a tutorial reads next to itself. Returns {name: Seen}."""
+    seen = {nb.stem: Seen(nb.stem) for nb in TUTORIALS}
+    for nb in TUTORIALS:
+        seen[nb.stem].cells = live_copy(nb, served / "notebooks" / nb.name)
+    for extra in (ROOT / "notebooks").iterdir():
+        if extra.suffix != ".ipynb" and extra.is_file():
+            shutil.copy(extra, served / "notebooks" / extra.name)
+    for nb in (ZH_TUTORIAL, ZH_LAB):
+        live_copy(nb, served / nb.relative_to(ROOT))
+    return seen
+
+
 @pytest.fixture(scope="module")
-def tutorial_runs(tmp_path_factory):
-    """Run every tutorial live in JupyterLab (all open at once in one page) and return {name: Seen}."""
+def live(tmp_path_factory):
+    """Run every tutorial live in JupyterLab (all open at once in one page), and look at the Chinese edition
+    there (a zh lab runs beside them); returns ``(tutorials: {name: Seen}, chinese: ChineseSeen)``."""
     browser_path = chromium()
     pw_cm = sync_playwright()
     work = tmp_path_factory.mktemp("browser")
     served = work / "served"
-    seen = {nb.stem: Seen(nb.stem) for nb in TUTORIALS}
-    total = {}
-    for nb in TUTORIALS:  # autosave must never touch the repository
-        seen[nb.stem].cells = live_copy(nb, served / "notebooks" / nb.name)
-        total[nb.stem] = len(nbformat.read(nb, as_version=4).cells)
-    for extra in (ROOT / "notebooks").iterdir():  # anything else a tutorial reads next to itself
-        if extra.suffix != ".ipynb" and extra.is_file():
-            shutil.copy(extra, served / "notebooks" / extra.name)
+    seen, zh = serve(served), ChineseSeen()
+    ARTIFACTS.mkdir(exist_ok=True)
+    total = {nb.stem: len(nbformat.read(nb, as_version=4).cells) for nb in TUTORIALS}
+    total["zh-lab"] = len(nbformat.read(ZH_LAB, as_version=4).cells)
+    answer_cell, zh_cells = zh_lab_cells(ZH_LAB)
+    zh_lab_path = str(ZH_LAB.relative_to(ROOT))
     cpu_before = _cpu_seconds()
     lab = JupyterLab(served, work)
     started = time.monotonic()
@@ -441,42 +377,91 @@ def tutorial_runs(tmp_path_factory):
         with pw_cm as pw:
             browser = pw.chromium.launch(executable_path=browser_path, headless=True, args=CHROMIUM_ARGS)
             try:
-                # One page, one JupyterLab app, one tab per notebook: the app loads once, not 8 times.
+                # One page, one JupyterLab app, one tab per notebook: the app loads once, not 10 times.
                 page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
                 blocked: list = []
                 loopback_only(page, blocked)
                 page.goto(lab.url(f"notebooks/{TUTORIALS[0].name}", "wbrowser"), timeout=120_000)
                 page.wait_for_selector(".jp-DirListing-itemName", timeout=180_000)
+                page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab").first.wait_for(timeout=120_000)
+                tabs = {f"notebooks/{TUTORIALS[0].name}": current_tab(page)}
                 for nb in TUTORIALS:  # open all first: their kernels start together
-                    open_notebook(page, nb.name)
-                running = {}
+                    open_document(page, f"notebooks/{nb.name}", tabs)
+                # the zh lab, with the wrong answer typed in, runs beside the tutorials
+                root = open_document(page, zh_lab_path, tabs)
+                wait_loaded(page, root, total["zh-lab"])
+                type_into_cell(page, root, answer_cell, ZH_WRONG_ANSWER[1])
+                start_cells(page, root, zh_cells, total["zh-lab"])
+                running = {"zh-lab": (root, time.monotonic())}
                 for nb in TUTORIALS:
-                    root = open_notebook(page, nb.name)
+                    root = open_document(page, f"notebooks/{nb.name}", tabs)
                     start_cells(page, root, seen[nb.stem].cells, total[nb.stem])
                     running[nb.stem] = (root, time.monotonic())
                     seen[nb.stem].status, seen[nb.stem].started = "running", time.monotonic() - started
+                # the zh tutorial only needs to be read
+                root = open_document(page, str(ZH_TUTORIAL.relative_to(ROOT)), tabs)
+                root.locator(".jp-RenderedMarkdown h1").first.wait_for(timeout=120_000)
+                zh.tutorial_text, zh.tutorial_fonts = look_chinese(page, root, "tutorial")
+                zh.screenshots.append(str(ARTIFACTS / "browser-zh-tutorial.png"))
+                page.screenshot(path=zh.screenshots[-1])
                 while running:
                     for name, (root, t0) in list(running.items()):
-                        state = root.evaluate(PROGRESS_JS, [seen[name].cells, total[name]])
-                        if state in ("done", "error") or time.monotonic() - t0 > RUN_TIMEOUT_S:
-                            s = seen[name]
-                            s.status = state if state in ("done", "error") else "timeout"
-                            s.seconds = time.monotonic() - t0
-                            root = open_notebook(page, f"{name}.ipynb")  # its tab to the front
-                            page.wait_for_timeout(1000)  # late display updates (widgets, images)
-                            look(page, root, s, ARTIFACTS / f"browser-{name}.png")
-                            s.blocked = blocked
-                            del running[name]
+                        cells = zh_cells if name == "zh-lab" else seen[name].cells
+                        state = root.evaluate(PROGRESS_JS, [cells, total[name]])
+                        if state not in ("done", "error") and time.monotonic() - t0 <= RUN_TIMEOUT_S:
+                            continue
+                        state = state if state in ("done", "error") else "timeout"
+                        del running[name]
+                        if name == "zh-lab":
+                            root = open_document(page, zh_lab_path, tabs)
+                            page.wait_for_timeout(500)
+                            zh.lab_status = state
+                            check = root.locator(".jp-Notebook .jp-Cell").nth(zh_cells[-1])
+                            zh.lab_feedback = check.locator(".jp-OutputArea").first.inner_text()
+                            _, zh.lab_fonts = look_chinese(page, check, "lab")
+                            zh.screenshots.append(str(ARTIFACTS / "browser-zh-lab.png"))
+                            page.screenshot(path=zh.screenshots[-1])
+                            continue
+                        s = seen[name]
+                        s.status, s.seconds = state, time.monotonic() - t0
+                        root = open_document(page, f"notebooks/{name}.ipynb", tabs)  # its tab to the front
+                        page.wait_for_timeout(1000)  # late display updates (widgets, images)
+                        if s.status == "done":  # before any interaction: the outputs as the run left them
+                            save_run(page, root, served / "notebooks" / f"{name}.ipynb", s,
+                                     ARTIFACTS / f"live-{name}.ipynb")
+                        look(page, root, s, ARTIFACTS / f"browser-{name}.png")
+                        s.blocked = blocked
                     time.sleep(0.5)
             finally:
                 browser.close()
     finally:
         lab.close()
-    print(f"\nbrowser: {len(TUTORIALS)} tutorials in {time.monotonic() - started:.0f} s, "
+    print(f"\nbrowser: {len(TUTORIALS)} tutorials and a zh lab in {time.monotonic() - started:.0f} s, "
           f"{_cpu_seconds() - cpu_before:.0f} CPU s "
           f"(notebook: cells run, started at, took: "
           f"{', '.join(f'{s.name[:2]}: {len(s.cells)}, {s.started:.0f}s, {s.seconds:.0f}s' for s in seen.values())})")
-    return seen
+    return seen, zh
+
+
+@pytest.fixture(scope="module")
+def tutorial_runs(live):
+    return live[0]
+
+
+def test_the_chinese_edition_in_jupyterlab(live):
+    """A zh tutorial and a zh lab's check() feedback are Chinese, drawn with a CJK font (not boxes)."""
+    zh = live[1]
+    assert re.search(r"[\u4e00-\u9fff]", zh.tutorial_text), \
+        f"{ZH_TUTORIAL.name} (zh-CN) showed no Chinese title: {zh.tutorial_text!r}"
+    assert any(CJK_FONT.search(f) and n for f, n in zh.tutorial_fonts.items()), \
+        f"the zh tutorial's Chinese was not drawn with a CJK font (install fonts-noto-cjk): {zh.tutorial_fonts}"
+    assert zh.lab_status == "done", f"the zh lab's cells ended with {zh.lab_status!r}: {zh.lab_feedback[-500:]}"
+    assert zh.lab_feedback.startswith("❌") and re.search(r"[\u4e00-\u9fff]", zh.lab_feedback), \
+        f"check() after a wrong answer in the zh lab should say why, in Chinese: {zh.lab_feedback!r}"
+    assert any(CJK_FONT.search(f) and n for f, n in zh.lab_fonts.items()), \
+        f"check()'s Chinese was not drawn with a CJK font (install fonts-noto-cjk): {zh.lab_fonts}"
+    for shot in zh.screenshots:
+        assert Path(shot).is_file() and Path(shot).stat().st_size > 10_000, f"no screenshot {shot}"
 
 
 @pytest.mark.parametrize("path", TUTORIALS, ids=[p.stem for p in TUTORIALS])
@@ -505,6 +490,20 @@ def test_tutorial_runs_in_jupyterlab(tutorial_runs, path):
     assert not elsewhere, f"the page tried to leave loopback: {elsewhere[:5]}"
     shot = Path(seen.screenshot)
     assert shot.is_file() and shot.stat().st_size > 10_000, "no screenshot was kept"
+
+
+@pytest.mark.parametrize("path", TUTORIALS, ids=[p.stem for p in TUTORIALS])
+def test_tutorial_checked_outputs(tutorial_runs, path):
+    """nbval's comparison of the checked cells, on the live run: in `make test` this replaces nbval's own run
+    of the tutorial (see :mod:`tests.checked_outputs`)."""
+    from tests.checked_outputs import differences
+
+    seen = tutorial_runs[path.stem]
+    assert seen.status == "done", f"the live run ended with {seen.status!r}: see test_tutorial_runs_in_jupyterlab"
+    assert seen.saved, f"the live run could not be saved: {seen.save_error}"
+    found = differences(path, seen.saved)
+    assert not found, (f"{len(found)} checked cell(s) of {path.name} differ from the stored outputs "
+                       f"(the live run is kept in {seen.saved}):\n\n" + "\n\n".join(found))
 
 
 # -------------------------------------------------------------------------------------- TensorBoard

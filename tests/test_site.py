@@ -427,7 +427,7 @@ def _check_layout_at_1400_px(page, served):
 
 @pytest.mark.browser
 def test_home_page_and_a_tutorial_in_a_browser(served):
-    from tests.test_browser import CHROMIUM_ARGS, chromium, loopback_only, sync_playwright
+    from tests.browser_tools import CHROMIUM_ARGS, chromium, loopback_only, sync_playwright
 
     browser_path = chromium()
     tutorial = next((nb for nb in TUTORIALS if "profiling" in nb.stem), TUTORIALS[-1])
@@ -481,7 +481,7 @@ def test_home_page_and_a_tutorial_in_a_browser(served):
 
 @pytest.mark.browser
 def test_the_language_switch_and_a_chinese_search_in_a_browser(served):
-    from tests.test_browser import CHROMIUM_ARGS, chromium, loopback_only, sync_playwright
+    from tests.browser_tools import CHROMIUM_ARGS, CJK_FONT, chromium, loopback_only, rendered_fonts, sync_playwright
 
     edition = next(nb for nb in ZH_EDITIONS if nb.parent.parent.name == "notebooks")
     with sync_playwright() as pw:
@@ -498,7 +498,11 @@ def test_the_language_switch_and_a_chinese_search_in_a_browser(served):
             switch.click()
             page.wait_for_url(f"**/zh-CN/notebooks/{edition.stem}.html")
             assert page.evaluate("document.documentElement.lang") == "zh-CN"
-            assert re.search(r"[\u4e00-\u9fff]", page.locator("article h1").first.inner_text())
+            title = page.locator("article h1").first
+            assert re.search(r"[\u4e00-\u9fff]", title.inner_text())
+            fonts = rendered_fonts(page, title)
+            assert any(CJK_FONT.search(f) and n for f, n in fonts.items()), \
+                f"the zh page's Chinese title was not drawn with a CJK font (install fonts-noto-cjk): {fonts}"
             ARTIFACTS.mkdir(exist_ok=True)
             page.screenshot(path=str(ARTIFACTS / "site-zh-tutorial.png"))
             page.locator("a.gpucourse-language-switch").click()
