@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 
 __all__ = ["BROWSERS", "CHROMIUM_ARGS", "CJK_FONT", "JupyterLab", "PROGRESS_JS", "can_run", "chromium",
-           "current_tab", "free_port", "goto_folder", "loopback_only", "open_document", "rendered_fonts",
-           "start_cells", "stop", "sync_playwright", "type_into_cell", "wait_http", "wait_loaded"]
+           "current_tab", "drawn_in_cjk", "free_port", "goto_folder", "loopback_only", "open_document",
+           "rendered_fonts", "start_cells", "stop", "sync_playwright", "type_into_cell", "wait_http", "wait_loaded"]
 
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run", "--disable-quic", "--disable-dev-shm-usage"]
@@ -261,3 +261,8 @@ def rendered_fonts(page, element) -> dict[str, int]:
         return {f["familyName"]: f["glyphCount"] for f in fonts}
     finally:
         cdp.detach()
+
+
+def drawn_in_cjk(fonts: dict[str, int]) -> bool:
+    """Whether :func:`rendered_fonts`' report has glyphs drawn in a CJK font (:data:`CJK_FONT`)."""
+    return any(CJK_FONT.search(family) and glyphs for family, glyphs in fonts.items())

@@ -71,8 +71,8 @@ def _run_once(config, items) -> None:
 
     if not can_run():
         return
-    again = [i for i in items if i.nodeid.startswith("notebooks/") and i.nodeid.split("::")[0].count("/") == 1
-             and i.nodeid.split("::")[0].split("/")[1] in compared]
+    files = {f"notebooks/{name}" for name in compared}
+    again = [i for i in items if i.nodeid.split("::")[0] in files]
     if again:
         drop = set(again)
         items[:] = [i for i in items if i not in drop]
