@@ -159,7 +159,8 @@ PROGRESS_JS = """(root, [kept, total]) => {
   const run = kept.map(i => cells[i]);
   if (run.some(c => c.querySelector('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.error"]')))
     return 'error';
-  const prompts = run.map(c => (c.querySelector('.jp-InputArea-prompt') || {innerText: ''}).innerText);
+  // textContent, not innerText: polled often over ten notebooks, it must not force a layout each time
+  const prompts = run.map(c => (c.querySelector('.jp-InputArea-prompt') || {textContent: ''}).textContent);
   if (prompts.every(p => /\\[\\d+\\]/.test(p))) return 'done';
   return prompts.some(p => p.includes('*')) ? 'running' : 'waiting';
 }"""

@@ -431,7 +431,7 @@ def live(tmp_path_factory):
                                      ARTIFACTS / f"live-{name}.ipynb")
                         look(page, root, s, ARTIFACTS / f"browser-{name}.png")
                         s.blocked = blocked
-                    time.sleep(0.5)
+                    time.sleep(1)  # each look at a notebook costs the browser's CPU too
             finally:
                 browser.close()
     finally:
