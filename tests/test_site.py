@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import functools
 import html.parser
 import http.server
@@ -425,97 +426,97 @@ def _check_layout_at_1400_px(page, served):
     assert (ROOT / "notebooks" / "07_tf_data.ipynb").exists()
 
 
-@pytest.mark.browser
-def test_home_page_and_a_tutorial_in_a_browser(served):
+@contextlib.contextmanager
+def site_page():
+    """A headless Chromium page for the site (it may reach 127.0.0.1 only), and what it saw: ``page``, the
+    requests it ``blocked``, its JavaScript ``errors`` and its ``console`` messages."""
+    from types import SimpleNamespace
+
     from tests.browser_tools import CHROMIUM_ARGS, chromium, loopback_only, sync_playwright
 
     browser_path = chromium()
-    tutorial = next((nb for nb in TUTORIALS if "profiling" in nb.stem), TUTORIALS[-1])
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=browser_path, headless=True, args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1300, "height": 900})
-            blocked: list = []
-            loopback_only(page, blocked)
-            errors: list = []
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            console: list = []
-            page.on("console", lambda m: console.append(f"{m.type}: {m.text}"))
-
-            page.goto(f"{served}/index.html")
-            nav = page.locator("nav.bd-links a.reference.internal")
-            titles = nav.all_inner_texts()
-            for nb in TUTORIALS:
-                assert any(t.strip().startswith(nb.stem[:2]) for t in titles), f"{nb.stem} is not in the navigation"
-            ARTIFACTS.mkdir(exist_ok=True)
-            page.screenshot(path=str(ARTIFACTS / "site-home.png"))
-
-            page.locator("nav.bd-links a", has_text=tutorial.stem[:2]).first.click()  # the syllabus navigation
-            page.wait_for_url(f"**/notebooks/{tutorial.stem}.html")
-            images = page.evaluate("() => [...document.querySelectorAll('article img')]"
-                                   ".map(i => [i.getAttribute('src'), i.complete && i.naturalWidth > 0])")
-            plots = [ok for src, ok in images if "_images/" in src and src.endswith(".png")]
-            assert plots and all(plots), f"plots missing or not loaded: {images}"
-            assert page.locator("article div.highlight pre").first.is_visible(), "code is not shown"
-            admonition = page.locator("article .admonition").first
-            assert admonition.is_visible() and admonition.locator(".admonition-title").inner_text().strip()
-            launch = page.locator(".dropdown-launch-buttons a, a[href^='https://colab.research.google.com/github/']")
-            assert launch.count() >= 1
-            page.locator(".gpucourse-static, .admonition").first.scroll_into_view_if_needed()
-            page.screenshot(path=str(ARTIFACTS / "site-tutorial.png"))
-            _check_layout_at_1400_px(page, served)
-
-            page.goto(f"{served}/search.html?q=MirroredStrategy")
-            page.wait_for_selector("#search-results ul li p.context", timeout=30_000)
-            hits = page.locator("#search-results ul li a").all_inner_texts()
-            assert any("Distribution" in h or "04" in h for h in hits), f"search results: {hits}"
-            excerpt = page.locator("#search-results ul li p.context").first.inner_text()
-            assert "mirroredstrategy" in excerpt.lower() and "Light" not in excerpt and ".ipynb" not in excerpt[:12], \
-                f"the excerpt is not the article's text: {excerpt[:120]!r}"
-            assert not [m for m in console if "invalid theme mode" in m], console
-            assert not blocked, f"a page tried to load from another site: {blocked}"
-            assert not errors, f"JavaScript errors: {errors}"
+            seen = SimpleNamespace(page=page, blocked=[], errors=[], console=[])
+            loopback_only(page, seen.blocked)
+            page.on("pageerror", lambda e: seen.errors.append(str(e)))
+            page.on("console", lambda m: seen.console.append(f"{m.type}: {m.text}"))
+            yield seen
         finally:
             browser.close()
 
 
 @pytest.mark.browser
+def test_home_page_and_a_tutorial_in_a_browser(served):
+    tutorial = next((nb for nb in TUTORIALS if "profiling" in nb.stem), TUTORIALS[-1])
+    with site_page() as seen:
+        page, console, blocked, errors = seen.page, seen.console, seen.blocked, seen.errors
+
+        page.goto(f"{served}/index.html")
+        nav = page.locator("nav.bd-links a.reference.internal")
+        titles = nav.all_inner_texts()
+        for nb in TUTORIALS:
+            assert any(t.strip().startswith(nb.stem[:2]) for t in titles), f"{nb.stem} is not in the navigation"
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "site-home.png"))
+
+        page.locator("nav.bd-links a", has_text=tutorial.stem[:2]).first.click()  # the syllabus navigation
+        page.wait_for_url(f"**/notebooks/{tutorial.stem}.html")
+        images = page.evaluate("() => [...document.querySelectorAll('article img')]"
+                               ".map(i => [i.getAttribute('src'), i.complete && i.naturalWidth > 0])")
+        plots = [ok for src, ok in images if "_images/" in src and src.endswith(".png")]
+        assert plots and all(plots), f"plots missing or not loaded: {images}"
+        assert page.locator("article div.highlight pre").first.is_visible(), "code is not shown"
+        admonition = page.locator("article .admonition").first
+        assert admonition.is_visible() and admonition.locator(".admonition-title").inner_text().strip()
+        launch = page.locator(".dropdown-launch-buttons a, a[href^='https://colab.research.google.com/github/']")
+        assert launch.count() >= 1
+        page.locator(".gpucourse-static, .admonition").first.scroll_into_view_if_needed()
+        page.screenshot(path=str(ARTIFACTS / "site-tutorial.png"))
+        _check_layout_at_1400_px(page, served)
+
+        page.goto(f"{served}/search.html?q=MirroredStrategy")
+        page.wait_for_selector("#search-results ul li p.context", timeout=30_000)
+        hits = page.locator("#search-results ul li a").all_inner_texts()
+        assert any("Distribution" in h or "04" in h for h in hits), f"search results: {hits}"
+        excerpt = page.locator("#search-results ul li p.context").first.inner_text()
+        assert "mirroredstrategy" in excerpt.lower() and "Light" not in excerpt and ".ipynb" not in excerpt[:12], \
+            f"the excerpt is not the article's text: {excerpt[:120]!r}"
+        assert not [m for m in console if "invalid theme mode" in m], console
+        assert not blocked, f"a page tried to load from another site: {blocked}"
+        assert not errors, f"JavaScript errors: {errors}"
+
+
+@pytest.mark.browser
 def test_the_language_switch_and_a_chinese_search_in_a_browser(served):
-    from tests.browser_tools import (CHROMIUM_ARGS, chromium, drawn_in_cjk, loopback_only, rendered_fonts,
-                                     sync_playwright)
+    from tests.browser_tools import drawn_in_cjk, rendered_fonts
 
     edition = next(nb for nb in ZH_EDITIONS if nb.parent.parent.name == "notebooks")
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=chromium(), headless=True, args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1300, "height": 900})
-            blocked: list = []
-            loopback_only(page, blocked)
-            errors: list = []
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(f"{served}/notebooks/{edition.stem}.html")
-            switch = page.locator("a.gpucourse-language-switch")
-            assert switch.is_visible() and "简体中文" in switch.inner_text()
-            switch.click()
-            page.wait_for_url(f"**/zh-CN/notebooks/{edition.stem}.html")
-            assert page.evaluate("document.documentElement.lang") == "zh-CN"
-            title = page.locator("article h1").first
-            assert re.search(r"[\u4e00-\u9fff]", title.inner_text())
-            fonts = rendered_fonts(page, title)
-            assert drawn_in_cjk(fonts), \
-                f"the zh page's Chinese title was not drawn with a CJK font (install fonts-noto-cjk): {fonts}"
-            ARTIFACTS.mkdir(exist_ok=True)
-            page.screenshot(path=str(ARTIFACTS / "site-zh-tutorial.png"))
-            page.locator("a.gpucourse-language-switch").click()
-            page.wait_for_url(f"**/notebooks/{edition.stem}.html")
-            assert "/zh-CN/" not in page.url
+    with site_page() as seen:
+        page, blocked, errors = seen.page, seen.blocked, seen.errors
+        page.goto(f"{served}/notebooks/{edition.stem}.html")
+        switch = page.locator("a.gpucourse-language-switch")
+        assert switch.is_visible() and "简体中文" in switch.inner_text()
+        switch.click()
+        page.wait_for_url(f"**/zh-CN/notebooks/{edition.stem}.html")
+        assert page.evaluate("document.documentElement.lang") == "zh-CN"
+        title = page.locator("article h1").first
+        assert re.search(r"[\u4e00-\u9fff]", title.inner_text())
+        fonts = rendered_fonts(page, title)
+        assert drawn_in_cjk(fonts), \
+            f"the zh page's Chinese title was not drawn with a CJK font (install fonts-noto-cjk): {fonts}"
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "site-zh-tutorial.png"))
+        page.locator("a.gpucourse-language-switch").click()
+        page.wait_for_url(f"**/notebooks/{edition.stem}.html")
+        assert "/zh-CN/" not in page.url
 
-            page.goto(f"{served}/zh-CN/search.html?q=显存")
-            page.wait_for_selector("#search-results ul li p.context", timeout=30_000)
-            hits = page.locator("#search-results ul li a").all_inner_texts()
-            assert hits, "the zh search found nothing for 显存"
-            assert "显存" in page.locator("#search-results").inner_text()
-            assert not blocked, f"a page tried to load from another site: {blocked}"
-            assert not errors, f"JavaScript errors: {errors}"
-        finally:
-            browser.close()
+        page.goto(f"{served}/zh-CN/search.html?q=显存")
+        page.wait_for_selector("#search-results ul li p.context", timeout=30_000)
+        hits = page.locator("#search-results ul li a").all_inner_texts()
+        assert hits, "the zh search found nothing for 显存"
+        assert "显存" in page.locator("#search-results").inner_text()
+        assert not blocked, f"a page tried to load from another site: {blocked}"
+        assert not errors, f"JavaScript errors: {errors}"
