@@ -12,8 +12,9 @@ Grader side (``gpucourse-grade``, :mod:`.cli`), modelled on nbgrader's and otter
 * :mod:`.sandbox`: the kernel as an unprivileged user in bubblewrap, and the sweep that kills every
   process of a run before any result is written;
 * :mod:`.seal`: the results' manifest (digests, HMAC), written last; ``gpucourse-grade verify``;
-* :mod:`.kernel_guard` and :mod:`.kernel_observe`: the code that runs *inside* the kernel (the
-  guard before the submission, the observation driver after it), real files read as text;
+* :mod:`.kernel_guard`, :mod:`.kernel_observe` and :mod:`.kernel_standby`: the code that runs *inside*
+  the kernel (the guard before the submission, the observation driver after it, and the standby that
+  starts worker processes a check kills for real), real files read as text;
 * :mod:`.channel`: the grader's end of the guard's authenticated socket;
 * :mod:`.judge`: tests loaded once per process, secret cases, verdicts;
 * :mod:`.integrity`: what the guard watches, the static scan, the verdict on the guard's records;

@@ -180,10 +180,15 @@ class ItemSpec:
     key: str
     points: int
     title: str
+    worker: bool = False  # its observe starts worker processes (ns.worker): the grader then starts a standby
 
 
-def item(key: str, points: int = 1, title: str = ""):
-    """Mark ``key`` worth ``points``: a class with ``cases``/``observe``/``judge``, or an inline ``fn(ns)``."""
+def item(key: str, points: int = 1, title: str = "", worker: bool = False):
+    """Mark ``key`` worth ``points``: a class with ``cases``/``observe``/``judge``, or an inline ``fn(ns)``.
+
+    ``worker=True``: the item's ``observe`` runs part of its work in a fresh process (``ns.worker``, see
+    :mod:`.kernel_standby`), which the grader then provides; ``ns.worker`` is None in ``check()``.
+    """
     if not isinstance(key, str) or not key.isidentifier():
         raise ValueError(f"item key must be a short identifier like 'q1', got {key!r}")
     if isinstance(points, bool) or not isinstance(points, int) or points < 1:
@@ -196,7 +201,7 @@ def item(key: str, points: int = 1, title: str = ""):
                 raise TypeError(f"item {key!r}: the class {obj.__name__} needs the functions cases(rng), "
                                 f"observe(ns, case) and judge(case, seen); it lacks {', '.join(missing)}")
         doc = (obj.__doc__ or "").strip().splitlines()
-        setattr(obj, _MARK, ItemSpec(key, points, title or (doc[0] if doc else key)))
+        setattr(obj, _MARK, ItemSpec(key, points, title or (doc[0] if doc else key), bool(worker)))
         return obj
 
     return mark
@@ -327,8 +332,11 @@ class NotDefined(NotImplementedError):
 class Namespace:
     """Read-only view of the learner's notebook variables, with learner-facing errors."""
 
-    def __init__(self, mapping: Mapping[str, object]):
+    def __init__(self, mapping: Mapping[str, object], worker: Callable | None = None):
         self._ns = dict(mapping)
+        #: ``worker(entry, args, stop_at, timeout_s)`` runs the test's function ``entry`` in a fresh process after the
+        #: submission's cells (:mod:`.kernel_standby`); only while the grader runs, else None.
+        self.worker = worker
 
     def __contains__(self, name: str) -> bool:
         return name in self._ns

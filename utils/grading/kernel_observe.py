@@ -87,7 +87,7 @@ def run(config_text: str, user_ns: dict, audit=None) -> dict:
     config = json.JSONDecoder().decode(config_text)
     items = _fresh_module(f"_gpucourse_items_{uuid.uuid4().hex[:8]}", config["items_path"], config["items_src"])
     public = {k: v for k, v in user_ns.items() if not k.startswith("_") and k not in HIDDEN_NAMES}
-    ns = items.Namespace(public)
+    ns = items.Namespace(public, _worker(config) if "cells" in config else None)
 
     # Test files import `gpucourse.grading.items`: let them find the fresh copy, not the kernel's.
     found, errors = {}, {}
@@ -127,5 +127,25 @@ def run(config_text: str, user_ns: dict, audit=None) -> dict:
         # submission may have patched for the length of one call).
         sent[name] = payload
         audit("gpucourse.observed", name, payload)
+    stop = getattr(sys.modules.get("gpucourse.grading"), "stop_standby", None)
+    if "cells" in config and callable(stop):
+        stop()  # before the end: the standby is the grader's, not a process the submission left running
     audit("gpucourse.phase", "end", "")
     return sent
+
+
+def _worker(config: dict):
+    """``ns.worker`` for items that kill a process: the standby the grader's first cell forked (see
+    :mod:`gpucourse.grading.kernel_standby`), given the submission's cells and the test file's text."""
+    import sys
+
+    texts = {path: text for _, path, text in config["tests"]}
+
+    def worker(entry, args, stop_at=None, timeout_s=60.0):
+        standby = getattr(sys.modules.get("gpucourse.grading"), "standby", None)
+        if not callable(standby):
+            raise RuntimeError("the grader's standby process did not start")
+        path = entry.__code__.co_filename
+        return standby(config["cells"], path, texts[path], entry.__name__, args, stop_at, timeout_s)
+
+    return worker

@@ -8,9 +8,10 @@ How a submission is graded (each step lives in its own module):
    seed. The submission's source is scanned for review flags (:mod:`.integrity`).
 2. A fresh kernel runs (:mod:`.execute`): first the guard (:mod:`.kernel_guard`), which records the
    libraries the observations rely on, connects to the grader's socket (:mod:`.channel`) and
-   installs an audit hook; then the submission's code cells; then the observation driver
-   (:mod:`.kernel_observe`), which calls the learner's functions on the grader's cases and sends
-   back plain observations through the hook. The kernel and every process it started are killed.
+   installs an audit hook (for a lab with an item that kills a process, the standby of
+   :mod:`.kernel_standby` is forked first, before the guard); then the submission's code cells; then
+   the observation driver (:mod:`.kernel_observe`), which calls the learner's functions on the
+   grader's cases and sends back plain observations through the hook. The kernel and every process it started are killed.
 3. The grader judges each observation with its own copy of the tests (:mod:`.judge`), and turns the
    guard's records into tampering (all marks withheld), withheld items, and flags (:mod:`.integrity`).
 
@@ -34,6 +35,7 @@ from .execute import Cell, run_cells
 from .integrity import assess, guard_config, helper_items, scan_source
 from .items import ITEM_TIMEOUT_S, LABTESTS_DIR, ItemResult, lab_test_path
 from .kernel_observe import DRIVER_FILENAME
+from .kernel_standby import STANDBY_FILENAME
 from .report import GradeReport
 from .seal import key_path
 
@@ -41,6 +43,7 @@ __all__ = ["DEFAULT_TIMEOUT_S", "GradeReport", "find_template", "grade_notebook"
 
 HERE = Path(__file__).resolve().parent
 ITEMS_PY, GUARD_PY, OBSERVE_PY = HERE / "items.py", HERE / "kernel_guard.py", HERE / "kernel_observe.py"
+STANDBY_PY = HERE / "kernel_standby.py"
 DEFAULT_TIMEOUT_S = 300
 GUARD_CONNECT_S = 5
 
@@ -51,6 +54,16 @@ def _gpucourse_guard(src, config):
     g["install"](config, globals())
 _gpucourse_guard({src!r}, {config!r})
 del _gpucourse_guard
+"""
+
+# Items that kill a worker process (lab 04's q5) need a process forked before any submitted code runs.
+_STANDBY_CELL = """\
+def _gpucourse_standby(src):
+    g = {{"__name__": "gpucourse_standby"}}
+    exec(compile(src, {filename!r}, "exec"), g)
+    g["start"]()
+_gpucourse_standby({src!r})
+del _gpucourse_standby
 """
 
 _OBSERVE_CELL = """\
@@ -178,14 +191,20 @@ def grade_notebook(path: str | Path, lab: str | None = None, extra_tests=(), tim
 
 def _cells(code, tests, plan, helpers, address, output=()) -> list[Cell]:
     guard_src, driver_src = GUARD_PY.read_text(), OBSERVE_PY.read_text()
-    config = guard_config(address, helpers, [p for _, p, _ in tests] + [str(ITEMS_PY), DRIVER_FILENAME],
+    config = guard_config(address, helpers,
+                          [p for _, p, _ in tests] + [str(ITEMS_PY), DRIVER_FILENAME, STANDBY_FILENAME],
                           [DRIVER_FILENAME], [hashlib.sha256(driver_src.encode()).hexdigest()],
                           [p for _, p, _ in tests] + [str(q) for q in sorted(LABTESTS_DIR.glob("lab*.py"))],
                           output)
     kernel_tests = [[source, path, judging.kernel_source(text)] for source, path, text in tests]
     observe = {"items_src": ITEMS_PY.read_text(), "items_path": str(ITEMS_PY), "tests": kernel_tests,
                "plan": [e.to_kernel() for e in plan if not e.error], "timeout_s": ITEM_TIMEOUT_S}
-    cells = [Cell("grader setup", _GUARD_CELL.format(filename="<gpucourse-guard>", src=guard_src, config=config))]
+    setup = _GUARD_CELL.format(filename="<gpucourse-guard>", src=guard_src, config=config)
+    if any(e.spec.worker for e in plan if not e.error):
+        # The standby forks before the guard and before any submitted code; its workers run the cells again.
+        setup = _STANDBY_CELL.format(filename=STANDBY_FILENAME, src=STANDBY_PY.read_text()) + setup
+        observe["cells"] = [src for _, src in code]
+    cells = [Cell("grader setup", setup)]
     cells += [Cell(f"cell {i}", src, submission=True) for i, src in code]
     config_text = json.dumps(observe, allow_nan=True)
     cells.append(Cell("grader checks", _OBSERVE_CELL.format(filename=DRIVER_FILENAME, src=driver_src,

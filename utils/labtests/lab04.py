@@ -11,9 +11,12 @@ answers the classic mistakes would give, so the message can name the mistake.
 
 q3 feeds global batches that do not split evenly over the replicas, so only a
 loss divided by the global batch size passes. q5 kills a training run after a
-random step (an exception from ``on_step`` that ``except Exception`` cannot
-catch), restarts it on fresh weights and compares the final weights with an
-uninterrupted run.
+random step, restarts it on fresh weights and other data, and compares the
+final weights with an uninterrupted run. Under the grader the first run is a
+real process (``ns.worker``: the submission's cells run again in a fresh
+process, see :mod:`gpucourse.grading.kernel_standby`) killed with SIGKILL, so
+only what it saved on disk survives; ``check()`` simulates the kill with an
+exception from ``on_step`` that ``except Exception`` cannot catch.
 Every message goes through ``tr`` (the zh_CN catalogue, ``grading/locale/zh_CN.po``).
 """
 
@@ -420,7 +423,91 @@ def _fresh_run(strategy, case, kernel, bias, targets="y"):
     return model, optimizer, _train_step(strategy, model, optimizer, case["gbs"]), data.batch(case["gbs"])
 
 
-@item("q5", points=3, title="train_resumable: resume after a worker failure with the same final weights")
+def _first_launch(variables, args, report):
+    """In a fresh worker process, after the submission's cells: q5's first run, killed after step ``crash_at``.
+
+    The standby (:mod:`gpucourse.grading.kernel_standby`) kills this process with SIGKILL the moment it
+    reads the report of that step; ``on_step`` waits for it, so no further step runs.
+    """
+    import time
+
+    from gpucourse.grading.items import plain
+
+    from gpucourse import distribute
+
+    case, fn = args["case"], variables.get("train_resumable")
+    if not callable(fn):
+        report(["missing"])
+        return
+    strategy = distribute.mirrored_strategy(distribute.strategy_devices()[:2])
+    model, optimizer, step_fn, data = _fresh_run(strategy, case, case["kernel"], case["bias"])
+
+    def on_step(k):
+        report(["step", plain(k)])
+        if k == case["crash_at"]:
+            time.sleep(3600)
+
+    try:
+        fn(strategy, model, optimizer, step_fn, data, case["steps"], args["folder"], case["save_every"], on_step)
+    except BaseException as exc:  # noqa: BLE001 (the learner's error, for the message)
+        report(["raised", f"{type(exc).__name__}: {exc}"[:300]])
+        return
+    report(["returned"])
+
+
+def _first_run_killed(worker, case, folder) -> dict:
+    """The grader's first run: a fresh process that runs the submission again and is killed after ``crash_at``."""
+    answer = worker(_first_launch, {"case": case, "folder": folder}, ["step", case["crash_at"]], 60.0)
+    reports = [r for r in answer["reports"] if isinstance(r, list) and r]
+    steps = [r[1] for r in reports if r[0] == "step" and len(r) == 2]
+    said = {r[0]: r[1:] for r in reports}
+    if answer["ended"] == "killed":
+        first, error = "killed", ""
+    elif "missing" in said:
+        first, error = "missing", ""
+    elif "raised" in said:
+        first, error = "raised", str(said["raised"][0]) if said["raised"] else ""
+    elif "returned" in said:
+        first, error = "finished", ""
+    else:  # the process died, or ran out of time: the end of what it printed says why
+        lines = [line for line in str(answer.get("log", "")).splitlines() if line.strip()]
+        first, error = "lost", f"{answer['ended']}: {lines[-1] if lines else 'no output'}"[:300]
+    return {"first": first, "first_steps": steps, "first_error": error}
+
+
+def _first_run_simulated(fn, case, folder) -> dict:
+    """check()'s first run, in this kernel: on_step raises after ``crash_at`` (a BaseException)."""
+    import numpy as np
+
+    from gpucourse.grading.items import counted, plain
+
+    from gpucourse import distribute
+
+    strategy = distribute.mirrored_strategy(distribute.strategy_devices()[:2])  # 2 replicas are enough here
+    model, optimizer, step_fn, data = _fresh_run(strategy, case, case["kernel"], case["bias"])
+    first_steps, at_kill = [], []
+
+    def fail_after(k):
+        first_steps.append(plain(k))
+        if k == case["crash_at"]:
+            at_kill.extend(v.numpy().copy() for v in model.variables + optimizer.variables)
+            raise _WorkerKilled(f"simulated failure after step {k}")
+
+    # on_step reaches neither this log nor the model through __closure__ (see counted)
+    on_step, _ = counted(fail_after)
+    try:
+        fn(strategy, model, optimizer, step_fn, data, case["steps"], folder, case["save_every"], on_step)
+        first = "finished"
+    except _WorkerKilled:
+        first = "killed"
+    if first == "killed" and at_kill and any(not np.array_equal(a, v.numpy()) for a, v in
+                                             zip(at_kill, model.variables + optimizer.variables)):
+        first = "went on"  # a dead worker trains no further
+    return {"first": first, "first_steps": first_steps, "first_error": ""}
+
+
+@item("q5", points=3, title="train_resumable: resume after a worker failure with the same final weights",
+      worker=True)
 class q5:
     def cases(rng):
         out = []
@@ -442,44 +529,27 @@ class q5:
         import shutil
         import tempfile
 
-        import numpy as np
-
         from gpucourse.grading.items import counted, plain
 
         from gpucourse import distribute
 
         fn = ns.function("train_resumable")
-        strategy = distribute.mirrored_strategy(distribute.strategy_devices()[:2])  # 2 replicas are enough here
         folder = tempfile.mkdtemp(prefix="gpucourse-lab04-")
         try:
-            model, optimizer, step_fn, data = _fresh_run(strategy, case, case["kernel"], case["bias"])
-            first_steps, at_kill = [], []
-
-            def fail_after(k):
-                first_steps.append(plain(k))
-                if k == case["crash_at"]:
-                    at_kill.extend(v.numpy().copy() for v in model.variables + optimizer.variables)
-                    raise _WorkerKilled(f"simulated failure after step {k}")
-
-            # on_step reaches neither this log nor the model through __closure__ (see counted)
-            on_step, _ = counted(fail_after)
-            try:
-                fn(strategy, model, optimizer, step_fn, data, case["steps"], folder, case["save_every"], on_step)
-                first = "finished"
-            except _WorkerKilled:
-                first = "killed"
-            if first == "killed" and at_kill and any(not np.array_equal(a, v.numpy()) for a, v in
-                               zip(at_kill, model.variables + optimizer.variables)):
-                first = "went on"  # a dead worker trains no further
+            if ns.worker is not None:  # the grader: a real process, killed with SIGKILL
+                first = _first_run_killed(ns.worker, case, folder)
+            else:  # check(): the kill simulated in this kernel
+                first = _first_run_simulated(fn, case, folder)
             # The restart: a new process would build everything again, from *other* initial weights, and here
             # the data after the checkpoint differs too.
+            strategy = distribute.mirrored_strategy(distribute.strategy_devices()[:2])
             model, optimizer, step_fn, data = _fresh_run(strategy, case, case["fresh_kernel"], case["bias"],
                                                          "y_restart")
             second_steps = []
             losses = fn(strategy, model, optimizer, step_fn, data, case["steps"], folder, case["save_every"],
                         counted(lambda k: second_steps.append(plain(k)))[0])
-            return {"first": first, "first_steps": first_steps, "second_steps": second_steps,
-                    "losses": plain(losses), "weights": [w.tolist() for w in model.get_weights()]}
+            return {**first, "second_steps": second_steps, "losses": plain(losses),
+                    "weights": [w.tolist() for w in model.get_weights()]}
         finally:
             shutil.rmtree(folder, ignore_errors=True)
 
@@ -495,6 +565,13 @@ class q5:
             raise Fail(tr("the check killed the first run after step {crash}, yet its model and optimizer changed "
                           "afterwards: a killed worker trains no further. Let what on_step raises propagate; after "
                           "the restart only what was saved on disk is left.", crash=crash))
+        if seen["first"] == "missing":
+            raise Fail(tr("the grader runs your notebook's cells again in a fresh process, as a restarted worker "
+                          "runs its program again, and `train_resumable` was not defined there. Define it in a "
+                          "code cell that runs without errors from a fresh start."))
+        if seen["first"] in ("raised", "lost"):
+            raise Fail(tr("the first run should train until the check kills its process after step {crash}, but "
+                          "it ended earlier: {error}", crash=crash, error=seen.get("first_error", "")))
         if seen["first"] != "killed" or seen["first_steps"] != list(range(1, crash + 1)):
             raise Fail(tr("the first run should call on_step(k) after each step k = 1, 2, ... and let what on_step "
                           "raises propagate; the check kills the run after step {crash}. on_step saw {saw} and the "

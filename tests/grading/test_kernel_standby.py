@@ -1,0 +1,143 @@
+"""The standby and its workers (gpucourse.grading.kernel_standby): killed for real, with everything they started.
+
+The scenarios run in one fresh Python process (the standby forks, and a pytest worker is no place to
+fork from), without TensorFlow: the entry functions are small test files given as text.
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpucourse.grading.judge import load_tests, make_plan
+from gpucourse.grading.runner import _cells
+
+ROOT = Path(__file__).resolve().parents[2]
+
+ENTRIES = '''
+import os, subprocess, sys, time
+
+def steps(variables, args, report):
+    """Report steps 1..n; at block_at wait (as q5's on_step does) for the kill."""
+    print("cells gave x =", variables.get("x"))
+    if args.get("daemon"):  # a process in a new session, as a learner's code could leave behind
+        daemon = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"], start_new_session=True)
+        report(["daemon", daemon.pid])
+    for k in range(1, args["n"] + 1):
+        report(["step", k])
+        if k == args.get("block_at"):
+            time.sleep(300)
+    if args.get("fail"):
+        raise ValueError("the entry failed on purpose")
+    report(["gpus", os.environ.get("CUDA_VISIBLE_DEVICES")])
+'''
+
+SCENARIOS = r'''
+import json, os, sys, time
+from gpucourse.grading import kernel_standby
+import gpucourse.grading as grading
+
+entries = sys.stdin.read()
+standby, stop = kernel_standby.start(preload=(), publish=True)
+out = {"published": grading.standby is standby and grading.stop_standby is stop}
+
+def alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return False
+
+t0 = time.monotonic()
+out["killed"] = standby(["x = 41 + 1", "%time y = 2"], "/t/entries.py", entries, "steps",
+                        {"n": 6, "block_at": 3, "daemon": True}, ["step", 3], 30)
+out["killed_s"] = time.monotonic() - t0
+daemon = [r[1] for r in out["killed"]["reports"] if r[0] == "daemon"]
+out["daemon_alive"] = bool(daemon) and alive(daemon[0])
+out["finished"] = standby(["x = 1"], "/t/entries.py", entries, "steps", {"n": 2}, ["step", 9], 30)
+out["failed"] = standby([], "/t/entries.py", entries, "steps", {"n": 1, "fail": True}, None, 30)
+out["timeout"] = standby([], "/t/entries.py", entries, "steps", {"n": 2, "block_at": 1}, None, 1.5)
+out["broken_cell"] = standby(["1 / 0", "x = 7"], "/t/entries.py", entries, "steps", {"n": 1}, None, 30)
+stop()
+out["children_after_stop"] = [int(p) for p in os.listdir("/proc") if p.isdigit() and alive(int(p))
+                              and open(f"/proc/{p}/stat").read().rpartition(")")[2].split()[1] == str(os.getpid())]
+print(json.dumps(out))
+'''
+
+
+@pytest.fixture(scope="module")
+def outcome():
+    run = subprocess.run([sys.executable, "-c", SCENARIOS], input=ENTRIES,
+                         capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def test_a_worker_is_killed_at_the_report_it_waits_for(outcome):
+    killed = outcome["killed"]
+    assert killed["ended"] == "killed"
+    steps = [r[1] for r in killed["reports"] if r[0] == "step"]
+    assert steps == [1, 2, 3]  # nothing after the kill: the worker waited in step 3 and died there
+    assert outcome["killed_s"] < 20  # killed at once, not at the time limit
+
+
+def test_what_the_worker_started_dies_with_it(outcome):
+    assert any(r[0] == "daemon" for r in outcome["killed"]["reports"])
+    assert outcome["daemon_alive"] is False  # in a new session, yet found through the subreaper
+
+
+def test_the_worker_runs_the_cells_first_ipython_syntax_included(outcome):
+    assert "cells gave x = 42" in outcome["killed"]["log"]
+    assert "Wall time" in outcome["killed"]["log"]  # %time ran
+
+
+def test_a_worker_that_returns_exits_cleanly_without_a_gpu(outcome):
+    finished = outcome["finished"]
+    assert finished["ended"] == "exit 0"
+    assert finished["reports"][-1] == ["gpus", "-1"]
+
+
+def test_an_error_in_the_entry_reaches_the_log(outcome):
+    failed = outcome["failed"]
+    assert failed["ended"] == "exit 1"
+    assert "ValueError: the entry failed on purpose" in failed["log"]
+
+
+def test_a_worker_past_its_time_is_killed(outcome):
+    assert outcome["timeout"]["ended"] == "timeout"
+    assert [r[1] for r in outcome["timeout"]["reports"] if r[0] == "step"] == [1]
+
+
+def test_a_failing_cell_does_not_stop_the_next(outcome):
+    broken = outcome["broken_cell"]
+    assert "ZeroDivisionError" in broken["log"]
+    assert "cells gave x = 7" in broken["log"]
+    assert broken["ended"] == "exit 0"
+
+
+def test_published_and_stopped(outcome):
+    assert outcome["published"] is True
+    assert outcome["children_after_stop"] == []
+
+
+def _plan(lab: str):
+    path = ROOT / "utils" / "labtests" / f"lab{lab}.py"
+    tests = [("public", str(path), path.read_text())]
+    plan, errors = make_plan(load_tests(tests))
+    assert not errors
+    return tests, plan
+
+
+def test_the_grader_starts_a_standby_only_for_labs_that_kill_a_worker():
+    code = [(3, "x = 1")]
+    tests, plan = _plan("04")
+    cells, _ = _cells(code, tests, plan, [], None)
+    setup, checks = cells[0].source, cells[-1].source
+    assert setup.index("_gpucourse_standby(") < setup.index("_gpucourse_guard(")  # forked before the guard
+    assert '"cells": ["x = 1"]' in checks
+    tests, plan = _plan("01")
+    cells, _ = _cells(code, tests, plan, [], None)
+    assert "_gpucourse_standby(" not in cells[0].source
+    assert '"cells": [' not in cells[-1].source

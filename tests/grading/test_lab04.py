@@ -1,0 +1,68 @@
+"""Lab 04 q5 without a kernel: how the grader's first run (a killed worker process) is read and judged."""
+
+import random
+
+import pytest
+
+from gpucourse.grading.items import Fail, items_in
+from gpucourse.labtests import lab04
+
+CASE = lab04.q5.cases(random.Random(4))[0]
+CRASH = CASE["crash_at"]
+
+
+def fake_worker(answer: dict, calls: list):
+    def worker(entry, args, stop_at=None, timeout_s=60.0):
+        calls.append((entry, args, stop_at, timeout_s))
+        return answer
+    return worker
+
+
+def first_run(reports, ended, log=""):
+    calls = []
+    seen = lab04._first_run_killed(fake_worker({"reports": reports, "ended": ended, "log": log}, calls),
+                                   CASE, "/tmp/ckpt")
+    return seen, calls
+
+
+def test_the_worker_runs_the_first_launch_and_is_killed_at_the_crash_step():
+    steps = [["step", k] for k in range(1, CRASH + 1)]
+    seen, calls = first_run(steps, "killed")
+    assert seen == {"first": "killed", "first_steps": list(range(1, CRASH + 1)), "first_error": ""}
+    entry, args, stop_at, _ = calls[0]
+    assert entry is lab04._first_launch  # a module-level function: the worker finds it in the test file's text
+    assert args == {"case": CASE, "folder": "/tmp/ckpt"} and stop_at == ["step", CRASH]
+
+
+@pytest.mark.parametrize("reports, ended, log, first, error", [
+    ([["missing"]], "exit 0", "", "missing", ""),
+    ([["step", 1], ["raised", "ValueError: no such folder"]], "exit 0", "", "raised", "ValueError: no such folder"),
+    ([["step", 1], ["returned"]], "exit 0", "", "finished", ""),
+    ([["step", 1]], "timeout", "epoch 1\nstill training\n", "lost", "timeout: still training"),
+    ([], "signal 11", "", "lost", "signal 11: no output"),
+])
+def test_how_a_first_run_that_was_not_killed_ended(reports, ended, log, first, error):
+    seen, _ = first_run(reports, ended, log)
+    assert (seen["first"], seen["first_error"]) == (first, error)
+
+
+def judged(**seen):
+    base = {"first": "killed", "first_steps": list(range(1, CRASH + 1)), "first_error": "",
+            "second_steps": [], "losses": [], "weights": [[[0.0]], [0.0]]}
+    with pytest.raises(Fail) as err:
+        lab04.q5.judge(CASE, {**base, **seen})
+    return str(err.value)
+
+
+def test_each_way_the_first_run_fails_has_its_message():
+    assert "`train_resumable` was not defined there" in judged(first="missing")
+    msg = judged(first="raised", first_error="ValueError: no such folder")
+    assert f"after step {CRASH}" in msg and "ValueError: no such folder" in msg
+    assert "ended earlier: timeout" in judged(first="lost", first_error="timeout: still training")
+    assert "ended normally" in judged(first="finished", first_steps=list(range(1, CASE["steps"] + 1)))
+    assert "a killed worker trains no further" in judged(first="went on")  # check()'s simulated kill
+
+
+def test_the_item_asks_the_grader_for_a_worker():
+    workers = {spec.key: spec.worker for spec, _ in items_in(lab04)}
+    assert workers == {"q1": False, "q2": False, "q3": False, "q4": False, "q5": True}

@@ -1,0 +1,346 @@
+"""Kernel side, before any submitted code: a clean standby process that starts worker processes the checks can kill.
+
+Some items must see what survives a real crash. Lab 04's q5 kills a training run with ``SIGKILL``
+and starts it again: only what the run saved on disk may survive, as on a cluster. An exception
+raised into the learner's loop proves nothing (``except BaseException`` catches it, and the loop
+trains on), and a restart inside the same kernel still finds whatever the first run kept in memory.
+
+:func:`start` runs in the grader's first cell, before the guard and before any submitted code. It
+imports TensorFlow and Keras (importing initialises no device, so the process can still fork
+safely), then forks the *standby*: a process that never runs submitted code and holds no channel
+to the grader. It publishes two functions on :mod:`gpucourse.grading`, which the guard then records
+like every course function, so that replacing them is reported as tampering:
+
+* ``standby(cells, path, source, entry, args, stop_at, timeout_s)``: for one request the standby
+  forks a *worker* that runs the submission's code cells in a fresh IPython shell (as a restarted
+  program runs again from the top), loads the test file from the text the grader read, and calls
+  its function ``entry(variables, args, report)``. The standby relays every ``report(value)`` to
+  the kernel. The moment a value equals ``stop_at`` it kills the worker with ``SIGKILL``, and then
+  every process the worker started: the standby is their *child subreaper*, so a process in a new
+  session is found too. A worker still running after ``timeout_s`` is killed the same way. The
+  answer is ``{"reports": [...], "ended": "killed" | "timeout" | "exit N" | "signal N", "log": ...}``
+  (``log``: the end of what the worker printed).
+* ``stop_standby()``: ends the standby (the observation driver calls it after the last item).
+
+The worker never sees a GPU (``CUDA_VISIBLE_DEVICES=-1``): the kernel holds them, and what a
+checkpoint holds does not depend on the device. This file runs inside the kernel from the text the
+grader read; it is a real module so that it can be linted and unit-tested
+(``tests/grading/test_kernel_standby.py``).
+"""
+
+from __future__ import annotations
+
+__all__ = ["PRELOAD", "STANDBY_FILENAME", "start"]
+
+#: File name the standby's code is compiled under (the guard counts its frames as the grader's).
+STANDBY_FILENAME = "<gpucourse-standby>"
+
+#: Imported before the fork, so every worker starts with them loaded (TensorFlow alone takes seconds).
+PRELOAD = ("tensorflow", "keras", "numpy", "IPython.core.interactiveshell", "traitlets.config",
+           "gpucourse.grading.items")
+
+#: Seconds the kernel waits for the standby beyond a request's own time limit.
+ANSWER_GRACE_S = 10.0
+
+
+def start(preload=PRELOAD, publish: bool = True):
+    """Fork the standby; return ``(standby, stop_standby)`` and, with ``publish``, set them on gpucourse.grading."""
+    import importlib
+    import json
+    import os
+    import select
+    import signal
+    import time
+
+    for name in preload:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001, S112 (the worker imports it again and reports what fails)
+            continue
+    req_r, req_w = os.pipe()
+    resp_r, resp_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the standby
+        try:
+            os.close(req_w)
+            os.close(resp_r)
+            _serve(req_r, resp_w)
+        finally:
+            os._exit(0)
+    os.close(req_r)
+    os.close(resp_w)
+    loads, dumps, monotonic = json.loads, json.dumps, time.monotonic  # as they were before the submission ran
+    pending = [b""]
+
+    def send(message) -> None:
+        data = (dumps(message) + "\n").encode()
+        while data:
+            data = data[os.write(req_w, data):]
+
+    def receive(deadline: float):
+        while b"\n" not in pending[0]:
+            left = deadline - monotonic()
+            if left <= 0 or not select.select([resp_r], [], [], left)[0]:
+                return None
+            chunk = os.read(resp_r, 1 << 16)
+            if not chunk:
+                return None
+            pending[0] += chunk
+        line, _, pending[0] = pending[0].partition(b"\n")
+        return loads(line)
+
+    def standby(cells, path, source, entry, args, stop_at=None, timeout_s=60.0):
+        """Run ``entry`` of the test file ``path`` in a fresh worker after ``cells``; see the module docstring."""
+        send({"cells": list(cells), "path": path, "source": source, "entry": entry, "args": args,
+              "stop_at": stop_at, "timeout_s": float(timeout_s)})
+        reports, deadline = [], monotonic() + float(timeout_s) + ANSWER_GRACE_S
+        while True:
+            message = receive(deadline)
+            if not isinstance(message, dict):
+                raise RuntimeError("the grader's standby process did not answer")
+            if "report" in message:
+                reports.append(message["report"])
+            elif "ended" in message:
+                return {"reports": reports, "ended": message["ended"], "log": message.get("log", "")}
+
+    def stop_standby(wait_s: float = 5.0) -> None:
+        """End the standby (and any worker it still has); wait for it to exit."""
+        try:
+            send({"quit": True})
+        except OSError:
+            pass
+        deadline = monotonic() + wait_s
+        while monotonic() < deadline:
+            try:
+                if os.waitpid(pid, os.WNOHANG)[0]:
+                    return
+            except ChildProcessError:
+                return
+            time.sleep(0.02)
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except OSError:
+            pass
+
+    if publish:
+        grading = importlib.import_module("gpucourse.grading")
+        grading.standby, grading.stop_standby = standby, stop_standby
+    return standby, stop_standby
+
+
+# ------------------------------------------------------------------------------------ the standby
+
+
+def _serve(req_r: int, resp_w: int) -> None:
+    """The standby's loop: one worker per request, until ``quit`` or the kernel closes the pipe."""
+    import json
+    import os
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the Stop button interrupts the kernel's process group
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    _become_subreaper()
+    pending = b""
+    while True:
+        while b"\n" not in pending:
+            chunk = os.read(req_r, 1 << 16)
+            if not chunk:
+                return
+            pending += chunk
+        line, _, pending = pending.partition(b"\n")
+        try:
+            request = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(request, dict) or request.get("quit"):
+            return
+        answer = _run_worker(request, req_r, resp_w)
+        _send(resp_w, {"ended": answer[0], "log": answer[1]})
+
+
+def _send(fd: int, message) -> None:
+    import json
+    import os
+
+    data = (json.dumps(message) + "\n").encode()
+    while data:
+        data = data[os.write(fd, data):]
+
+
+def _become_subreaper() -> None:
+    """Orphans of the workers (a process that called ``setsid`` or double-forked) come back to this process."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    except Exception:  # noqa: BLE001, S110 (then only the worker's process group is killed)
+        pass
+
+
+def _children() -> list[int]:
+    import os
+
+    me, found = os.getpid(), []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                fields = f.read().rpartition(b")")[2].split()
+        except OSError:
+            continue
+        if len(fields) > 1 and int(fields[1]) == me:
+            found.append(int(name))
+    return found
+
+
+def _kill_tree(pid: int) -> None:
+    """SIGKILL the worker and every process it started, and collect them."""
+    import os
+    import signal
+
+    for kill in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
+        try:
+            kill()
+        except OSError:
+            pass
+    for _ in range(100):  # each round kills the processes that were just orphaned to this one
+        children = _children()
+        if not children:
+            return
+        for child in children:
+            try:
+                os.kill(child, signal.SIGKILL)
+                os.waitpid(child, 0)
+            except OSError:
+                pass
+
+
+def _run_worker(request: dict, req_r: int, resp_w: int) -> tuple[str, str]:
+    """Fork one worker for ``request``, relay its reports, kill it at ``stop_at``; ``(how it ended, log tail)``."""
+    import json
+    import os
+    import select
+    import tempfile
+    import time
+
+    log = tempfile.mktemp(prefix="gpucourse-worker-", suffix=".log")  # noqa: S306 (the worker creates it)
+    rep_r, rep_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.close(rep_r)
+            os.close(req_r)
+            os.close(resp_w)
+            _work(request, rep_w, log)
+            code = 0
+        except BaseException:  # noqa: BLE001 (into the log, whose end goes back with the answer)
+            import traceback
+
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    os.close(rep_w)
+    stop_at, pending, ended = request.get("stop_at"), b"", None
+    deadline = time.monotonic() + float(request.get("timeout_s", 60.0))
+    open_pipe = True
+    while ended is None:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            ended = "timeout"
+            break
+        if not open_pipe:  # the worker closed its end: wait for it to exit
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                ended = _status(status)
+                break
+            time.sleep(0.02)
+            continue
+        if not select.select([rep_r], [], [], left)[0]:
+            continue
+        chunk = os.read(rep_r, 1 << 16)
+        if not chunk:
+            open_pipe = False
+            continue
+        pending += chunk
+        while b"\n" in pending and ended is None:
+            line, _, pending = pending.partition(b"\n")
+            try:
+                value = json.loads(line)
+            except ValueError:
+                continue
+            _send(resp_w, {"report": value})
+            if stop_at is not None and value == stop_at:
+                ended = "killed"
+    os.close(rep_r)
+    _kill_tree(pid)
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass
+    return ended, _tail(log)
+
+
+def _status(status: int) -> str:
+    import os
+
+    return f"exit {os.waitstatus_to_exitcode(status)}" if os.WIFEXITED(status) else f"signal {os.WTERMSIG(status)}"
+
+
+def _tail(path: str, size: int = 2000) -> str:
+    import os
+
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.path.getsize(path) - size))
+            text = f.read().decode("utf-8", "replace")
+        os.unlink(path)
+    except OSError:
+        return ""
+    return text
+
+
+# ------------------------------------------------------------------------------------ a worker
+
+
+def _work(request: dict, report_w: int, log: str) -> None:
+    """In the worker: run the submission's cells, then the test's entry function with ``report``."""
+    import json
+    import os
+    import signal
+    import sys
+
+    os.setsid()  # its own process group, out of the kernel's
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    os.environ["CUDA_VISIBLE_DEVICES"] = "-1"  # read when TensorFlow first looks for GPUs: not yet
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    sys.stdout = sys.stderr = open(1, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
+    sys.stdin = open(os.devnull)  # noqa: SIM115
+    dumps = json.dumps
+
+    def report(value) -> None:
+        data = (dumps(value) + "\n").encode()
+        while data:
+            data = data[os.write(report_w, data):]
+
+    from IPython.core.interactiveshell import InteractiveShell
+    from traitlets.config import Config
+
+    config = Config()
+    config.HistoryManager.enabled = False
+    shell = InteractiveShell(config=config)
+    for source in request.get("cells") or ():
+        shell.run_cell(source, store_history=False)
+    from gpucourse.grading.items import load_test_source
+
+    module = load_test_source(request["source"], request["path"])
+    entry = getattr(module, request["entry"])
+    variables = {k: v for k, v in shell.user_ns.items() if isinstance(k, str) and not k.startswith("_")}
+    entry(variables, request.get("args"), report)
