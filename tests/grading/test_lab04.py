@@ -38,8 +38,9 @@ def test_the_worker_runs_the_first_launch_and_is_killed_at_the_crash_step():
     ([["missing"]], "exit 0", "", "missing", ""),
     ([["step", 1], ["raised", "ValueError: no such folder"]], "exit 0", "", "raised", "ValueError: no such folder"),
     ([["step", 1], ["returned"]], "exit 0", "", "finished", ""),
-    ([["step", 1]], "timeout", "epoch 1\nstill training\n", "lost", "timeout: still training"),
-    ([], "signal 11", "", "lost", "signal 11: no output"),
+    ([["step", 1]], "timeout", "epoch 1\nstill training\n", "timeout", "still training"),
+    ([], "signal 11", "", "died", "signal 11; -"),
+    ([["step", 1]], "exit 1", "Traceback\nMemoryError\n", "died", "exit 1; MemoryError"),
 ])
 def test_how_a_first_run_that_was_not_killed_ended(reports, ended, log, first, error):
     seen, _ = first_run(reports, ended, log)
@@ -57,8 +58,10 @@ def judged(**seen):
 def test_each_way_the_first_run_fails_has_its_message():
     assert "`train_resumable` was not defined there" in judged(first="missing")
     msg = judged(first="raised", first_error="ValueError: no such folder")
-    assert f"after step {CRASH}" in msg and "ValueError: no such folder" in msg
-    assert "ended earlier: timeout" in judged(first="lost", first_error="timeout: still training")
+    assert f"after step {CRASH}" in msg and "train_resumable raised ValueError: no such folder" in msg
+    msg = judged(first="timeout", first_error="still training")
+    assert f"within {lab04.FIRST_RUN_S:.0f} s" in msg and "Its last output: still training" in msg
+    assert "(exit 1; MemoryError)" in judged(first="died", first_error="exit 1; MemoryError")
     assert "ended normally" in judged(first="finished", first_steps=list(range(1, CASE["steps"] + 1)))
     assert "a killed worker trains no further" in judged(first="went on")  # check()'s simulated kill
 

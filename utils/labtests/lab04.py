@@ -423,6 +423,10 @@ def _fresh_run(strategy, case, kernel, bias, targets="y"):
     return model, optimizer, _train_step(strategy, model, optimizer, case["gbs"]), data.batch(case["gbs"])
 
 
+#: Seconds q5's first run may take in its worker process, the submission's cells included.
+FIRST_RUN_S = 90.0
+
+
 def _first_launch(variables, args, report):
     """In a fresh worker process, after the submission's cells: q5's first run, killed after step ``crash_at``.
 
@@ -457,21 +461,24 @@ def _first_launch(variables, args, report):
 
 def _first_run_killed(worker, case, folder) -> dict:
     """The grader's first run: a fresh process that runs the submission again and is killed after ``crash_at``."""
-    answer = worker(_first_launch, {"case": case, "folder": folder}, ["step", case["crash_at"]], 60.0)
+    answer = worker(_first_launch, {"case": case, "folder": folder}, ["step", case["crash_at"]], FIRST_RUN_S)
     reports = [r for r in answer["reports"] if isinstance(r, list) and r]
     steps = [r[1] for r in reports if r[0] == "step" and len(r) == 2]
     said = {r[0]: r[1:] for r in reports}
+    lines = [line for line in str(answer.get("log", "")).splitlines() if line.strip()]
+    error = lines[-1][:300] if lines else ""  # the end of what the process printed says why it ended
     if answer["ended"] == "killed":
         first, error = "killed", ""
     elif "missing" in said:
-        first, error = "missing", ""
+        first = "missing"
     elif "raised" in said:
         first, error = "raised", str(said["raised"][0]) if said["raised"] else ""
     elif "returned" in said:
         first, error = "finished", ""
-    else:  # the process died, or ran out of time: the end of what it printed says why
-        lines = [line for line in str(answer.get("log", "")).splitlines() if line.strip()]
-        first, error = "lost", f"{answer['ended']}: {lines[-1] if lines else 'no output'}"[:300]
+    elif answer["ended"] == "timeout":
+        first = "timeout"
+    else:
+        first, error = "died", f"{answer['ended']}; {error or '-'}"
     return {"first": first, "first_steps": steps, "first_error": error}
 
 
@@ -569,9 +576,18 @@ class q5:
             raise Fail(tr("the grader runs your notebook's cells again in a fresh process, as a restarted worker "
                           "runs its program again, and `train_resumable` was not defined there. Define it in a "
                           "code cell that runs without errors from a fresh start."))
-        if seen["first"] in ("raised", "lost"):
+        error = seen.get("first_error") or "-"
+        if seen["first"] == "raised":
             raise Fail(tr("the first run should train until the check kills its process after step {crash}, but "
-                          "it ended earlier: {error}", crash=crash, error=seen.get("first_error", "")))
+                          "train_resumable raised {error}", crash=crash, error=error))
+        if seen["first"] == "timeout":
+            raise Fail(tr("the first run should reach step {crash}, where the check kills its process, within "
+                          "{seconds:.0f} s, but it was still running. That process runs your notebook's cells "
+                          "first, so slow experiments in them count too. Its last output: {error}", crash=crash,
+                          seconds=FIRST_RUN_S, error=error))
+        if seen["first"] == "died":
+            raise Fail(tr("the first run's process ended before the check killed it after step {crash} ({error})",
+                          crash=crash, error=error))
         if seen["first"] != "killed" or seen["first_steps"] != list(range(1, crash + 1)):
             raise Fail(tr("the first run should call on_step(k) after each step k = 1, 2, ... and let what on_step "
                           "raises propagate; the check kills the run after step {crash}. on_step saw {saw} and the "
