@@ -84,6 +84,7 @@ import pathlib
 pathlib.Path(PROTECTED).read_text()                    # reading the tests, through a library
 compile("x = 1", "<driver>", "exec")                  # other code under the driver's name
 sys.audit("gpucourse.observed", "public:q1", "forged")
+sys.audit("gpucourse.standby", "called by the submission")  # as the standby's client raises it for such a caller
 vars(builtins)["isinstance"] = lambda o, c: True      # the hook must not care about these
 builtins.len = lambda x: 0
 builtins.repr = lambda x: "forged"
@@ -127,6 +128,7 @@ def test_guard_reports_each_attack_through_an_authenticated_channel(tmp_path):
     assert "sys.addaudithook (refused)" in text
     assert "'dynamic-code', 'exec'" in text and "'dynamic-code', 'compile'" in text
     assert "'forged', 'gpucourse.observed'" in text
+    assert "'forged', \"called the grader's standby (unwatched worker processes)\", '<module>:" in text
     assert text.count("'reads-tests'") == 1 and "lab99.py', '<module>:" in text  # the learner's read only
     assert "'forged', \"compiled other code under the name of the grader's driver\"" in text
     assert "namedtuple" not in text and "make_dataclass" not in text and "_process_class" not in text

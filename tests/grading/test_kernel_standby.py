@@ -35,13 +35,22 @@ def steps(variables, args, report):
 '''
 
 SCENARIOS = r'''
-import json, os, sys, time
-from gpucourse.grading import kernel_standby
+import hashlib, json, os, select, sys, time
+from pathlib import Path
 import gpucourse.grading as grading
+import gpucourse.grading.kernel_standby as reference
 
+# Loaded as the grader loads it: compiled from its text under its own file name.
+ks = {"__name__": "gpucourse_standby"}
+exec(compile(Path(reference.__file__).read_text(), "<gpucourse-standby>", "exec"), ks)
 entries = sys.stdin.read()
-standby, stop = kernel_standby.start(preload=(), publish=True)
+events = []
+sys.addaudithook(lambda event, args: events.append(args[0]) if event == "gpucourse.standby" else None)
+standby, stop = ks["start"](preload=(), publish=True)
 out = {"published": grading.standby is standby and grading.stop_standby is stop}
+driver = {"standby": standby, "stop": stop}  # the observation driver's calls, from its file name
+exec(compile("def call(*a):\n    return standby(*a)\ndef finish():\n    stop()\n", "<gpucourse-observe>", "exec"), driver)
+call = driver["call"]
 
 def alive(pid):
     try:
@@ -51,18 +60,63 @@ def alive(pid):
         return False
 
 t0 = time.monotonic()
-out["killed"] = standby(["x = 41 + 1", "%time y = 2"], "/t/entries.py", entries, "steps",
-                        {"n": 6, "block_at": 3, "daemon": True}, ["step", 3], 30)
+out["killed"] = call(["x = 41 + 1", "%time y = 2"], "/t/entries.py", entries, "steps",
+                     {"n": 6, "block_at": 3, "daemon": True}, ["step", 3], 30)
 out["killed_s"] = time.monotonic() - t0
 daemon = [r[1] for r in out["killed"]["reports"] if r[0] == "daemon"]
 out["daemon_alive"] = bool(daemon) and alive(daemon[0])
-out["finished"] = standby(["x = 1"], "/t/entries.py", entries, "steps", {"n": 2}, ["step", 9], 30)
-out["failed"] = standby([], "/t/entries.py", entries, "steps", {"n": 1, "fail": True}, None, 30)
-out["timeout"] = standby([], "/t/entries.py", entries, "steps", {"n": 2, "block_at": 1}, None, 1.5)
-out["broken_cell"] = standby(["1 / 0", "x = 7"], "/t/entries.py", entries, "steps", {"n": 1}, None, 30)
-stop()
+out["finished"] = call(["x = 1"], "/t/entries.py", entries, "steps", {"n": 2}, ["step", 9], 30)
+out["failed"] = call([], "/t/entries.py", entries, "steps", {"n": 1, "fail": True}, None, 30)
+out["timeout"] = call([], "/t/entries.py", entries, "steps", {"n": 2, "block_at": 1}, None, 1.5)
+out["broken_cell"] = call(["1 / 0", "x = 7"], "/t/entries.py", entries, "steps", {"n": 1}, None, 30)
+try:  # anyone but the driver: refused, and the guard hears of it
+    standby([], "/t/entries.py", entries, "steps", {"n": 1}, None, 30)
+    out["direct"] = "served"
+except RuntimeError as exc:
+    out["direct"] = str(exc)
+out["events"] = list(events)
+driver["finish"]()
 out["children_after_stop"] = [int(p) for p in os.listdir("/proc") if p.isdigit() and alive(int(p))
                               and open(f"/proc/{p}/stat").read().rpartition(")")[2].split()[1] == str(os.getpid())]
+
+# The standby's own loop: only signed requests, each id once.
+key = os.urandom(32)
+req_r, req_w = os.pipe()
+resp_r, resp_w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    try:
+        os.close(req_w); os.close(resp_r)
+        ks["_serve"](req_r, resp_w, key)
+    finally:
+        os._exit(0)
+os.close(req_r); os.close(resp_w)
+
+def request(body, signing_key=key):
+    data = json.dumps(body).encode()
+    os.write(req_w, hashlib.sha256(signing_key + data).hexdigest().encode() + b" " + data + b"\n")
+
+def answers(wait):
+    got, end = b"", time.monotonic() + wait
+    while time.monotonic() < end and select.select([resp_r], [], [], end - time.monotonic())[0]:
+        chunk = os.read(resp_r, 65536)
+        if not chunk:
+            break
+        got += chunk
+        if got.count(b"ended") >= 1:
+            break
+    return [json.loads(line) for line in got.splitlines() if line.strip()]
+
+job = {"id": "a1", "cells": [], "path": "/t/entries.py", "source": entries, "entry": "steps", "args": {"n": 1},
+       "stop_at": None, "timeout_s": 20}
+request(job, os.urandom(32))
+out["forged_key"] = answers(0.8)
+request(job)
+out["signed"] = [m.get("id") for m in answers(20)]
+request(job)
+out["replayed"] = answers(0.8)
+request({"id": "q1", "quit": True})
+out["quit_exit"] = os.waitpid(pid, 0)[0] == pid
 print(json.dumps(out))
 '''
 
@@ -120,6 +174,18 @@ def test_a_failing_cell_does_not_stop_the_next(outcome):
 def test_published_and_stopped(outcome):
     assert outcome["published"] is True
     assert outcome["children_after_stop"] == []
+
+
+def test_only_the_driver_may_use_the_standby(outcome):
+    assert outcome["direct"] == "the grader's standby serves the grader's checks only"
+    assert outcome["events"] == ["called by the submission"]  # the guard reports this event as tampering
+
+
+def test_the_standby_serves_signed_requests_once(outcome):
+    assert outcome["forged_key"] == []
+    assert outcome["signed"] and set(outcome["signed"]) == {"a1"}  # reports and the end, with the request's id
+    assert outcome["replayed"] == []
+    assert outcome["quit_exit"] is True
 
 
 def _plan(lab: str):

@@ -528,7 +528,8 @@ def install(config: dict, user_ns: dict | None = None) -> dict:
     intros, dynamic = frozenset(INTROSPECTION_EVENTS), frozenset(DYNAMIC_EVENTS)
     processes, ctypes_events = frozenset(PROCESS_EVENTS), frozenset(CTYPES_EVENTS)
     frame_attrs, patch_attrs = frozenset(FRAME_ATTRS), frozenset(PATCH_ATTRS)
-    grader_events = frozenset(("gpucourse.phase", "gpucourse.observed", "gpucourse.helper", "gpucourse.atexit"))
+    grader_events = frozenset(("gpucourse.phase", "gpucourse.observed", "gpucourse.helper", "gpucourse.atexit",
+                               "gpucourse.standby"))
     link_events = frozenset(("os.link", "os.rename"))
     interesting = (intros | dynamic | processes | ctypes_events | grader_events
                    | {"object.__getattr__", "object.__setattr__", "object.__delattr__", "sys.addaudithook", "open"}
@@ -563,6 +564,8 @@ def install(config: dict, user_ns: dict | None = None) -> dict:
         except _ValueError:
             f = None
         name = f.f_code.co_filename if f is not None else None
+        if event == "gpucourse.standby":  # the standby's client was called by someone else than the driver
+            return report("forged", "called the grader's standby (unwatched worker processes)", caller(5) or f)
         if event == "gpucourse.helper" or event == "gpucourse.atexit":
             if name != guard_file:
                 return report("forged", event, f)

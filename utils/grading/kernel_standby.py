@@ -22,8 +22,17 @@ like every course function, so that replacing them is reported as tampering:
   (``log``: the end of what the worker printed).
 * ``stop_standby()``: ends the standby (the observation driver calls it after the last item).
 
-The worker never sees a GPU (``CUDA_VISIBLE_DEVICES=-1``): the kernel holds them, and what a
-checkpoint holds does not depend on the device. This file runs inside the kernel from the text the
+Only the observation driver may use the standby: ``standby`` refuses any other caller and raises the
+audit event ``gpucourse.standby``, which the guard reports as tampering. Each request is signed with a
+key made before the submission ran, which lives only in a generator's frame (reading ``gi_frame`` is
+reported too), and carries a fresh random id; the standby ignores a request without a valid signature
+or with an id it has seen, so writing to its pipe directly starts nothing. What a worker does is not
+watched: it runs the submission's cells again without the guard, in the kernel's sandbox. What it
+leaves on disk is all a check may read from it.
+
+The worker never sees a GPU (``CUDA_VISIBLE_DEVICES=-1`` and ``tf.config.set_visible_devices([], "GPU")``
+before the cells run, so a cell cannot undo it): the kernel holds them, and what a checkpoint holds does
+not depend on the device. This file runs inside the kernel from the text the
 grader read; it is a real module so that it can be linted and unit-tested
 (``tests/grading/test_kernel_standby.py``).
 """
@@ -34,6 +43,9 @@ __all__ = ["PRELOAD", "STANDBY_FILENAME", "start"]
 
 #: File name the standby's code is compiled under (the guard counts its frames as the grader's).
 STANDBY_FILENAME = "<gpucourse-standby>"
+
+#: The one caller ``standby`` serves: the observation driver (:data:`.kernel_observe.DRIVER_FILENAME`).
+DRIVER_FILENAME = "<gpucourse-observe>"
 
 #: Imported before the fork, so every worker starts with them loaded (TensorFlow alone takes seconds).
 PRELOAD = ("tensorflow", "keras", "numpy", "IPython.core.interactiveshell", "traitlets.config",
@@ -52,6 +64,9 @@ def start(preload=PRELOAD, publish: bool = True):
     import signal
     import time
 
+    import hashlib
+    import sys
+
     for name in preload:
         try:
             importlib.import_module(name)
@@ -59,21 +74,27 @@ def start(preload=PRELOAD, publish: bool = True):
             continue
     req_r, req_w = os.pipe()
     resp_r, resp_w = os.pipe()
+    key = os.urandom(32)
     pid = os.fork()
     if pid == 0:  # the standby
         try:
             os.close(req_w)
             os.close(resp_r)
-            _serve(req_r, resp_w)
+            _serve(req_r, resp_w, key)
         finally:
             os._exit(0)
     os.close(req_r)
     os.close(resp_w)
-    loads, dumps, monotonic = json.loads, json.dumps, time.monotonic  # as they were before the submission ran
+    loads, dumps, monotonic, getframe = json.loads, json.dumps, time.monotonic, sys._getframe  # before the submission
+    audit, urandom, kill, sleep = sys.audit, os.urandom, os.kill, time.sleep
+    sign = _signer(key, hashlib.sha256, getframe, audit)
+    next(sign)
+    del key  # from here on only the generator's frame holds it
     pending = [b""]
 
     def send(message) -> None:
-        data = (dumps(message) + "\n").encode()
+        body = dumps(message).encode()
+        data = sign.send(body).encode() + b" " + body + b"\n"
         while data:
             data = data[os.write(req_w, data):]
 
@@ -87,26 +108,35 @@ def start(preload=PRELOAD, publish: bool = True):
                 return None
             pending[0] += chunk
         line, _, pending[0] = pending[0].partition(b"\n")
-        return loads(line)
+        try:
+            return loads(line)
+        except ValueError:
+            return {}
 
     def standby(cells, path, source, entry, args, stop_at=None, timeout_s=60.0):
         """Run ``entry`` of the test file ``path`` in a fresh worker after ``cells``; see the module docstring."""
-        send({"cells": list(cells), "path": path, "source": source, "entry": entry, "args": args,
+        if getframe(1).f_code.co_filename != DRIVER_FILENAME:
+            audit("gpucourse.standby", "called by the submission")
+            raise RuntimeError("the grader's standby serves the grader's checks only")
+        ident = urandom(16).hex()
+        send({"id": ident, "cells": list(cells), "path": path, "source": source, "entry": entry, "args": args,
               "stop_at": stop_at, "timeout_s": float(timeout_s)})
         reports, deadline = [], monotonic() + float(timeout_s) + ANSWER_GRACE_S
         while True:
             message = receive(deadline)
-            if not isinstance(message, dict):
+            if message is None:
                 raise RuntimeError("the grader's standby process did not answer")
+            if not isinstance(message, dict) or message.get("id") != ident:
+                continue  # an answer to an earlier request (its item timed out), or not the standby's
             if "report" in message:
                 reports.append(message["report"])
             elif "ended" in message:
                 return {"reports": reports, "ended": message["ended"], "log": message.get("log", "")}
 
-    def stop_standby(wait_s: float = 5.0) -> None:
-        """End the standby (and any worker it still has); wait for it to exit."""
+    def stop_standby(wait_s: float = 2.0) -> None:
+        """End the standby and any worker it still has; wait for it to exit."""
         try:
-            send({"quit": True})
+            send({"id": urandom(16).hex(), "quit": True})
         except OSError:
             pass
         deadline = monotonic() + wait_s
@@ -116,9 +146,15 @@ def start(preload=PRELOAD, publish: bool = True):
                     return
             except ChildProcessError:
                 return
-            time.sleep(0.02)
+            sleep(0.02)
+        # Still busy with a worker (an item timed out while it ran): that worker and its processes go first.
+        for child in _descendants(pid):
+            try:
+                kill(child, signal.SIGKILL)
+            except OSError:
+                pass
         try:
-            os.kill(pid, signal.SIGKILL)
+            kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
         except OSError:
             pass
@@ -129,11 +165,53 @@ def start(preload=PRELOAD, publish: bool = True):
     return standby, stop_standby
 
 
+def _signer(key: bytes, sha256, getframe, audit, standby_file=STANDBY_FILENAME, driver_file=DRIVER_FILENAME):
+    """A generator that signs request bodies: ``send(body)`` returns sha256(key + body) in hex.
+
+    It signs only for the driver, through the standby's own ``send`` and ``standby``/``stop_standby``
+    (compiling other code under either file name is reported by the guard); any other caller gets an
+    empty signature and the audit event ``gpucourse.standby``. Everything it uses is a local of its frame.
+    """
+    body = yield ""
+    while True:
+        f, names = getframe(1), []
+        while f is not None and len(names) < 3:
+            names.append(f.f_code.co_filename)
+            f = f.f_back
+        if names != [standby_file, standby_file, driver_file]:
+            audit("gpucourse.standby", "asked for a signature")
+            body = yield ""
+            continue
+        body = yield sha256(key + body).hexdigest()
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (from /proc), deepest first."""
+    import os
+
+    parent = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat", "rb") as f:
+                    parent[int(name)] = int(f.read().rpartition(b")")[2].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+    found, frontier = [], [pid]
+    while frontier:
+        below = [p for p, pp in parent.items() if pp in frontier and p not in found]
+        found += below
+        frontier = below
+    return found[::-1]
+
+
 # ------------------------------------------------------------------------------------ the standby
 
 
-def _serve(req_r: int, resp_w: int) -> None:
-    """The standby's loop: one worker per request, until ``quit`` or the kernel closes the pipe."""
+def _serve(req_r: int, resp_w: int, key: bytes) -> None:
+    """The standby's loop: one worker per signed request, until ``quit`` or the kernel closes the pipe."""
+    import hashlib
+    import hmac
     import json
     import os
     import signal
@@ -143,7 +221,7 @@ def _serve(req_r: int, resp_w: int) -> None:
     for fd in (0, 1, 2):
         os.dup2(null, fd)
     _become_subreaper()
-    pending = b""
+    pending, seen = b"", set()
     while True:
         while b"\n" not in pending:
             chunk = os.read(req_r, 1 << 16)
@@ -151,14 +229,20 @@ def _serve(req_r: int, resp_w: int) -> None:
                 return
             pending += chunk
         line, _, pending = pending.partition(b"\n")
+        signature, _, body = line.partition(b" ")
+        if not hmac.compare_digest(signature, hashlib.sha256(key + body).hexdigest().encode()):
+            continue  # not from the grader's driver
         try:
-            request = json.loads(line)
+            request = json.loads(body)
         except ValueError:
             continue
-        if not isinstance(request, dict) or request.get("quit"):
+        if not isinstance(request, dict) or request.get("id") in seen:
+            continue  # a request played again
+        seen.add(request.get("id"))
+        if request.get("quit"):
             return
-        answer = _run_worker(request, req_r, resp_w)
-        _send(resp_w, {"ended": answer[0], "log": answer[1]})
+        ended, log = _run_worker(request, req_r, resp_w)
+        _send(resp_w, {"id": request.get("id"), "ended": ended, "log": log})
 
 
 def _send(fd: int, message) -> None:
@@ -197,17 +281,23 @@ def _children() -> list[int]:
     return found
 
 
-def _kill_tree(pid: int) -> None:
-    """SIGKILL the worker and every process it started, and collect them."""
+def _kill_tree(pid: int | None) -> None:
+    """SIGKILL the worker ``pid`` (not yet collected, so its pid is still its own) and its process group,
+    collect it, then kill every process it started, which this subreaper has adopted by then."""
     import os
     import signal
 
-    for kill in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
+    if pid is not None:
+        for kill in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
+            try:
+                kill()
+            except OSError:
+                pass
         try:
-            kill()
-        except OSError:
+            os.waitpid(pid, 0)  # once collected, its orphans are this process's children
+        except ChildProcessError:
             pass
-    for _ in range(100):  # each round kills the processes that were just orphaned to this one
+    for _ in range(100):  # each round kills the processes just orphaned to this one (the sweep gets the rest)
         children = _children()
         if not children:
             return
@@ -247,7 +337,7 @@ def _run_worker(request: dict, req_r: int, resp_w: int) -> tuple[str, str]:
     os.close(rep_w)
     stop_at, pending, ended = request.get("stop_at"), b"", None
     deadline = time.monotonic() + float(request.get("timeout_s", 60.0))
-    open_pipe = True
+    open_pipe, reaped = True, False
     while ended is None:
         left = deadline - time.monotonic()
         if left <= 0:
@@ -256,7 +346,7 @@ def _run_worker(request: dict, req_r: int, resp_w: int) -> tuple[str, str]:
         if not open_pipe:  # the worker closed its end: wait for it to exit
             done, status = os.waitpid(pid, os.WNOHANG)
             if done:
-                ended = _status(status)
+                ended, reaped = _status(status), True
                 break
             time.sleep(0.02)
             continue
@@ -273,15 +363,11 @@ def _run_worker(request: dict, req_r: int, resp_w: int) -> tuple[str, str]:
                 value = json.loads(line)
             except ValueError:
                 continue
-            _send(resp_w, {"report": value})
+            _send(resp_w, {"id": request.get("id"), "report": value})
             if stop_at is not None and value == stop_at:
                 ended = "killed"
     os.close(rep_r)
-    _kill_tree(pid)
-    try:
-        os.waitpid(pid, 0)
-    except ChildProcessError:
-        pass
+    _kill_tree(None if reaped else pid)  # a reaped worker's pid may already be another process's
     return ended, _tail(log)
 
 
@@ -330,6 +416,11 @@ def _work(request: dict, report_w: int, log: str) -> None:
         while data:
             data = data[os.write(report_w, data):]
 
+    if "tensorflow" in sys.modules:  # (preloaded) a cell that sets CUDA_VISIBLE_DEVICES again comes too late now
+        try:
+            sys.modules["tensorflow"].config.set_visible_devices([], "GPU")
+        except Exception:  # noqa: BLE001, S110 (the cells meet the same error and say so in the log)
+            pass
     from IPython.core.interactiveshell import InteractiveShell
     from traitlets.config import Config
 

@@ -190,10 +190,13 @@ def grade_notebook(path: str | Path, lab: str | None = None, extra_tests=(), tim
 
 
 def _cells(code, tests, plan, helpers, address, output=()) -> list[Cell]:
-    guard_src, driver_src = GUARD_PY.read_text(), OBSERVE_PY.read_text()
+    guard_src, driver_src, standby_src = GUARD_PY.read_text(), OBSERVE_PY.read_text(), STANDBY_PY.read_text()
+    # The driver and the standby are the grader's code compiled from known text: code compiled under their
+    # names from any other text is reported (the standby signs only for frames of those two files).
     config = guard_config(address, helpers,
                           [p for _, p, _ in tests] + [str(ITEMS_PY), DRIVER_FILENAME, STANDBY_FILENAME],
-                          [DRIVER_FILENAME], [hashlib.sha256(driver_src.encode()).hexdigest()],
+                          [DRIVER_FILENAME, STANDBY_FILENAME],
+                          [hashlib.sha256(text.encode()).hexdigest() for text in (driver_src, standby_src)],
                           [p for _, p, _ in tests] + [str(q) for q in sorted(LABTESTS_DIR.glob("lab*.py"))],
                           output)
     kernel_tests = [[source, path, judging.kernel_source(text)] for source, path, text in tests]
@@ -202,7 +205,7 @@ def _cells(code, tests, plan, helpers, address, output=()) -> list[Cell]:
     setup = _GUARD_CELL.format(filename="<gpucourse-guard>", src=guard_src, config=config)
     if any(e.spec.worker for e in plan if not e.error):
         # The standby forks before the guard and before any submitted code; its workers run the cells again.
-        setup = _STANDBY_CELL.format(filename=STANDBY_FILENAME, src=STANDBY_PY.read_text()) + setup
+        setup = _STANDBY_CELL.format(filename=STANDBY_FILENAME, src=standby_src) + setup
         observe["cells"] = [src for _, src in code]
     cells = [Cell("grader setup", setup)]
     cells += [Cell(f"cell {i}", src, submission=True) for i, src in code]
