@@ -1,6 +1,7 @@
 """The kernel-side guard, unit-tested in a fresh interpreter (its audit hook cannot be removed) and its channel."""
 
 import dis
+import hashlib
 import os
 import subprocess
 import sys
@@ -9,7 +10,7 @@ import types
 
 from gpucourse.grading import kernel_guard
 from gpucourse.grading.channel import Channel
-from gpucourse.grading.kernel_guard import GUARD_FILENAME
+from gpucourse.grading.kernel_guard import GUARD_FILENAME, seal
 
 #: Functions the hook runs after the submission's code: they may use closure variables only.
 RUNTIME = {"plain", "caller", "origin", "where", "emit", "_mac", "_sha256_hex", "compare", "watchdog", "threads_left", "report",
@@ -33,14 +34,26 @@ def test_the_hook_reads_no_global_or_builtin_name():
 
 
 SCRIPT = r'''
-import sys
+import hashlib, sys
 src, address = sys.argv[1], sys.argv[2]
+DRIVER = """
+import sys
+holder = []
+sys.audit("gpucourse.config", b"abc", holder)  # unsealed once
+sys.audit("gpucourse.config", b"abc", holder)  # and never again
+sys.audit("gpucourse.phase", "begin", "")
+sys.audit("gpucourse.phase", "item", "public:q1")
+sys.audit("gpucourse.observed", "public:q1", holder[0].hex())
+sys.audit("gpucourse.phase", "end", "")
+"""
+DRIVER_SHA256 = hashlib.sha256(DRIVER.encode()).hexdigest()
 g = {"__name__": "gpucourse_guard"}
 exec(compile(open(src).read(), GUARD_FILENAME, "exec"), g)
 PROTECTED = sys.argv[3]
 g["install"]({"address": address, "preload_defaults": False, "preload": ["json", "hashlib", "gpucourse.distribute",
                                                                           "gpucourse.multiworker"],
               "answer_helpers": ["gpucourse.multiworker.visible_gpu_ids"], "driver_files": ["<driver>"],
+              "driver_sha256": [DRIVER_SHA256],
               "grader_files": ["<grader>"], "protected_files": [PROTECTED]})
 exec(compile("open(PROTECTED).read()", "<grader>", "exec"), {"PROTECTED": PROTECTED})  # the grader's own read
 LEARNER = """
@@ -84,19 +97,16 @@ import pathlib
 pathlib.Path(PROTECTED).read_text()                    # reading the tests, through a library
 compile("x = 1", "<driver>", "exec")                  # other code under the driver's name
 sys.audit("gpucourse.observed", "public:q1", "forged")
-sys.audit("gpucourse.standby", "called by the submission")  # as the standby's client raises it for such a caller
+compile(DRIVER, "<driver>", "exec")                  # the driver's own text first: the grader's compile is reported
+(lambda: 0).__code__.replace(co_filename="<driver>")  # code made under the driver's name
+open("/proc/self/mem", "rb").close()                  # a process's memory
+sys.audit("gpucourse.config", b"abc", [])            # only the driver's frames may ask
 vars(builtins)["isinstance"] = lambda o, c: True      # the hook must not care about these
 builtins.len = lambda x: 0
 builtins.repr = lambda x: "forged"
 """
-exec(compile(LEARNER, "/tmp/ipykernel_0/cell.py", "exec"), {"__name__": "__main__", "PROTECTED": PROTECTED})
-DRIVER = """
-import sys
-sys.audit("gpucourse.phase", "begin", "")
-sys.audit("gpucourse.phase", "item", "public:q1")
-sys.audit("gpucourse.observed", "public:q1", '{"observed": 1}')
-sys.audit("gpucourse.phase", "end", "")
-"""
+exec(compile(LEARNER, "/tmp/ipykernel_0/cell.py", "exec"), {"__name__": "__main__", "PROTECTED": PROTECTED,
+                                                            "DRIVER": DRIVER})
 exec(compile(DRIVER, "<driver>", "exec"), {})
 '''
 
@@ -128,9 +138,15 @@ def test_guard_reports_each_attack_through_an_authenticated_channel(tmp_path):
     assert "sys.addaudithook (refused)" in text
     assert "'dynamic-code', 'exec'" in text and "'dynamic-code', 'compile'" in text
     assert "'forged', 'gpucourse.observed'" in text
-    assert "'forged', \"called the grader's standby (unwatched worker processes)\", '<module>:" in text
+    assert "'forged', 'gpucourse.config'" in text                       # from the submission's frame
+    assert "'forged', \"asked for the grader's config again\"" in text
+    assert "'forged', \"compiled code under the name of the grader's driver (other code, or a second time)\"" in text
+    assert "'forged', \"ran code under the name of the grader's driver\"" in text  # its compile was refused
+    assert "'forged', \"made code under the name of the grader's driver\"" in text
+    assert "'memory', '/proc/self/mem', '<module>:" in text
+    observed = [r.detail for r in channel.records if r.kind == "observed"]
+    assert tuple(observed[-1]) == ("public:q1", seal(channel.key, b"abc", hashlib.shake_256, int.from_bytes).hex())
     assert text.count("'reads-tests'") == 1 and "lab99.py', '<module>:" in text  # the learner's read only
-    assert "'forged', \"compiled other code under the name of the grader's driver\"" in text
     assert "namedtuple" not in text and "make_dataclass" not in text and "_process_class" not in text
     changed = [c for r in channel.records if r.kind == "changed" for c in r.detail[1]]
     names = {name for _, name in changed}
@@ -140,7 +156,7 @@ def test_guard_reports_each_attack_through_an_authenticated_channel(tmp_path):
     assert any("__code__ of gpucourse.distribute.strategy_devices" in n for n in names), names
     phases = [tuple(r.detail) for r in channel.records if r.kind == "phase"]
     assert phases == [("begin", ""), ("item", "public:q1")]
-    assert [r.detail for r in channel.records if r.kind == "observed"] == [("public:q1", '{"observed": 1}')]
+    assert len([r for r in channel.records if r.kind == "observed"]) == 1
     threads = [r.detail for r in channel.records if r.kind == "threads"]
     assert threads and "<lambda>" in threads[0][0]
 

@@ -36,7 +36,7 @@ MAX_LINE = 256 * 1024 * 1024
 _HEAD = re.compile(rb"^\((\d+), '([a-z-]+)', ")
 _PHASE = rb"""(?:'[^']*'|"[^"]*")"""
 _TAMPER = re.compile(rb"^\(\d+, (?:'changed', \(" + _PHASE + rb", \(\('(?:replaced|added)'"
-                     rb"|'event', \(" + _PHASE + rb", '(?:forged|ctypes|audit-hook|install-write|output-write)')")
+                     rb"|'event', \(" + _PHASE + rb", '(?:forged|ctypes|memory|audit-hook|install-write|output-write)')")
 
 
 @dataclass
@@ -57,6 +57,8 @@ class Channel:
     closed_early: bool = False
 
     def __post_init__(self):
+        self.key: bytes | None = None
+        self._keyed = threading.Event()
         self._dir = tempfile.mkdtemp(prefix="gpg-")
         os.chmod(self._dir, 0o700)
         self.address = os.path.join(self._dir, "s")
@@ -117,6 +119,8 @@ class Channel:
                         self.ended = True
                         break
                     key = bytes.fromhex(hexkey)
+                    self.key = key  # the runner seals the driver's config with it (kernel_guard.seal)
+                    self._keyed.set()
                     continue
                 last = self._take(line, key, last)
             if len(buf) > MAX_LINE:
@@ -167,6 +171,10 @@ class Channel:
             time.sleep(0.02)
         return self.connected
 
+    def wait_key(self, timeout: float) -> bytes | None:
+        """The guard's channel key (its first line), once it arrived within ``timeout`` seconds, else None."""
+        self._keyed.wait(timeout)
+        return self.key
     def wait_end(self, timeout: float) -> bool:
         """Wait until the ``end`` record (or the channel closed); True if ``end`` arrived."""
         self._end.wait(timeout)

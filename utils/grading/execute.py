@@ -170,11 +170,13 @@ def run_cells(cells: list[Cell], timeout: float, kernel_name: str = "python3", e
                     run.last_cell = cell.label
                     if before_cell is not None:
                         before_cell(index, cell)
+                        nb_cell.source = cell.source  # the grader may complete a cell only now (its sealed config)
                     left = deadline - time.monotonic()
                     if left <= 0:
                         raise CellTimeoutError(f"time limit of {timeout:g} s reached")
                     client.timeout = max(1, int(left))
-                    client.execute_cell(nb_cell, index)
+                    # The grader's cells stay out of the kernel's input history (``In``, ``_ih``).
+                    client.execute_cell(nb_cell, index, store_history=cell.submission)
                     label = "submission" if cell.submission else cell.label
                     run.timings[label] = round(run.timings.get(label, 0) + time.monotonic() - started, 2)
                     for out in nb_cell.get("outputs", []):

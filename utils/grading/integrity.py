@@ -363,6 +363,7 @@ def scan_source(sources: list[str], lab: str | None = None, template: list[str] 
 TAMPER = {"ctypes": "used ctypes, which can rewrite any memory",
           "forged": "sent messages that only the grader's checks may send",
           "audit-hook": "tried to install its own audit hook",
+          "memory": "opened a process's memory (/proc/<pid>/mem), which can read or rewrite anything",
           "install-write": "wrote into the Python installation",
           "output-write": "tried to write the grader's results (its output folder, hidden tests or key)"}
 INTROSPECTION = ("introspection",)

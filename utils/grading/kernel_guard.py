@@ -40,7 +40,7 @@ the marks for both.
 
 from __future__ import annotations
 
-__all__ = ["GUARD_FILENAME", "PROTOCOL", "install"]
+__all__ = ["GUARD_FILENAME", "PROTOCOL", "install", "seal"]
 
 #: First line of the channel: ``PROTOCOL <hex key>``.
 PROTOCOL = "gpucourse-channel-1"
@@ -103,8 +103,25 @@ def _preload(extra=(), defaults: bool = True, course=()) -> None:
             continue
 
 
-def install(config: dict, user_ns: dict | None = None) -> dict:
+def seal(key: bytes, data: bytes, shake, from_bytes) -> bytes:
+    """``data`` XOR a SHAKE-256 keystream of ``key`` (the same call unseals).
+
+    The grader seals the observation driver's config (the items' cases) with the channel key this
+    guard sent before any submitted code ran; only the guard unseals it, once, for the driver (audit
+    event ``gpucourse.config``). So the cases are never in a cell's source, which the submission can
+    read (``In``, ``linecache``, IPython's events). Uses only its arguments (see the hook's rule).
+    """
+    n = data.__len__()
+    stream = shake(key + b"gpucourse-config").digest(n)
+    return (from_bytes(data, "big") ^ from_bytes(stream, "big")).to_bytes(n, "big")
+
+
+def install(config: dict, user_ns: dict | None = None, standby=None) -> dict:
     """Record, connect, install the hook. Returns a summary (sizes, seconds) for the grader's log.
+
+    ``standby``: ``(request, stop)`` from :func:`gpucourse.grading.kernel_standby.start`, forked before
+    this guard. It is kept in the hook's closure only: the driver reaches it through the audit event
+    ``gpucourse.worker``, and the guard stops it at the end phase.
 
     ``config`` keys: ``address`` (the grader's Unix socket; ``None`` keeps the records in memory,
     for tests: they are returned under ``"records"`` with the hook), ``answer_helpers`` (dotted
@@ -147,6 +164,9 @@ def install(config: dict, user_ns: dict | None = None) -> dict:
     _join, _next = "".join, next
     _CodeType = types.CodeType
     from hashlib import sha256 as _sha256_new
+    from hashlib import shake_256 as _shake
+
+    _seal, _from_bytes = seal, int.from_bytes
 
     def _sha256_hex(data):
         return _sha256_new(data).hexdigest()
@@ -219,7 +239,7 @@ def install(config: dict, user_ns: dict | None = None) -> dict:
     library_roots = install_roots + ("<frozen ",)
     grader_files = frozenset(config.get("grader_files", ()))
     driver_files = frozenset(config.get("driver_files", ()))
-    driver_digests = frozenset(config.get("driver_sha256", ()))
+    driver_digests = set(config.get("driver_sha256", ()))  # each accepted once: the grader's own compile
     _realpath, _listdir, _readlink = os.path.realpath, os.listdir, os.readlink
     protected = frozenset(_realpath(p) for p in config.get("protected_files", ()))
     protected_names = frozenset(os.path.basename(p) for p in protected)
@@ -524,12 +544,12 @@ def install(config: dict, user_ns: dict | None = None) -> dict:
 
     # ---------------------------------------------------------------- the hook
     busy = _set()
-    state = {"phase": "submission"}
+    state = {"phase": "submission", "armed": 0, "config": 0}
     intros, dynamic = frozenset(INTROSPECTION_EVENTS), frozenset(DYNAMIC_EVENTS)
     processes, ctypes_events = frozenset(PROCESS_EVENTS), frozenset(CTYPES_EVENTS)
     frame_attrs, patch_attrs = frozenset(FRAME_ATTRS), frozenset(PATCH_ATTRS)
     grader_events = frozenset(("gpucourse.phase", "gpucourse.observed", "gpucourse.helper", "gpucourse.atexit",
-                               "gpucourse.standby"))
+                               "gpucourse.config", "gpucourse.worker"))
     link_events = frozenset(("os.link", "os.rename"))
     interesting = (intros | dynamic | processes | ctypes_events | grader_events
                    | {"object.__getattr__", "object.__setattr__", "object.__delattr__", "sys.addaudithook", "open"}
@@ -549,6 +569,11 @@ def install(config: dict, user_ns: dict | None = None) -> dict:
             state["phase"] = what + (":" + item if item and what != "begin" else "")
             emit("phase", (what, item))
             return
+        if standby is not None:  # the grader's own process, ended before the end record
+            try:
+                standby[1]()
+            except _BaseException:  # noqa: S110 (the grader's sweep kills it anyway)
+                pass
         threads = threads_left()
         if threads:
             emit("threads", threads)
@@ -564,8 +589,6 @@ def install(config: dict, user_ns: dict | None = None) -> dict:
         except _ValueError:
             f = None
         name = f.f_code.co_filename if f is not None else None
-        if event == "gpucourse.standby":  # the standby's client was called by someone else than the driver
-            return report("forged", "called the grader's standby (unwatched worker processes)", caller(5) or f)
         if event == "gpucourse.helper" or event == "gpucourse.atexit":
             if name != guard_file:
                 return report("forged", event, f)
@@ -581,6 +604,18 @@ def install(config: dict, user_ns: dict | None = None) -> dict:
             return report("forged", event, f)
         if event == "gpucourse.phase":
             on_phase(args)
+        elif event == "gpucourse.config":  # the driver's sealed config: unsealed once, into its list
+            state["config"] += 1
+            if state["config"] > 1:
+                return report("forged", "asked for the grader's config again", f)
+            if _len(args) >= 2 and _type(args[0]) is _bytes and _type(args[1]) is _list:
+                args[1].append(_seal(key, args[0], _shake, _from_bytes))
+        elif event == "gpucourse.worker":  # a check's worker process, through the standby only this hook holds
+            if _len(args) >= 2 and _type(args[0]) is _tuple and _type(args[1]) is _list:
+                try:
+                    args[1].append(("ok", standby[0](*args[0])) if standby is not None else ("ok", None))
+                except _BaseException as exc:  # an item's time limit, a dead standby: the driver re-raises it
+                    args[1].append(("error", exc))
         elif _len(args) >= 2:
             # The observation arrives as data and is copied and written here, with the guard's own
             # primitives: a patch of json (or of anything else) made during the item cannot change it.
@@ -619,6 +654,12 @@ def install(config: dict, user_ns: dict | None = None) -> dict:
                 if f is not None:
                     report("reads-tests", args[0][-200:], f)
                 return None
+            if (_type(args[0]) is _str and args[0].rpartition("/")[2] == "mem"
+                    and (not args[0].startswith("/") or _realpath(args[0]).startswith("/proc/"))):
+                f = origin()  # a process's memory: read or rewrite anything (the guard included), like ctypes
+                if f is not None:
+                    report("memory", args[0][-200:], f)
+                return None
             if _len(args) >= 2 and _type(args[0]) is _str:
                 mode, flags = args[1], args[2] if _len(args) > 2 else 0
                 if not ((_type(mode) is _str and ("w" in mode or "a" in mode or "x" in mode or "+" in mode))
@@ -637,12 +678,24 @@ def install(config: dict, user_ns: dict | None = None) -> dict:
             return on_grader_event(event, args)
         if event == "compile" and _len(args) >= 2 and _type(args[1]) is _str and args[1] in driver_files:
             source = args[0].encode() if _type(args[0]) is _str else args[0] if _type(args[0]) is _bytes else b""
-            if _sha256_hex(source) in driver_digests:
-                return None  # the grader's observation cell loading the driver
-            report("forged", "compiled other code under the name of the grader's driver", caller() or _getframe(2))
+            digest = _sha256_hex(source)
+            if digest in driver_digests:  # the grader's observation cell loading the driver, once
+                driver_digests.discard(digest)
+                state["armed"] += 1
+                return None
+            state["armed"] = 0  # and what runs under its name from now on is not the grader's either
+            report("forged", "compiled code under the name of the grader's driver (other code, or a second time)",
+                   caller() or _getframe(2))
             return None
         if event == "exec" and _len(args) >= 1 and _type(args[0]) is _CodeType and args[0].co_filename in driver_files:
-            return None  # running the driver compiled just above (any other code under its name was reported)
+            if state["armed"] > 0:  # running the driver compiled just above
+                state["armed"] -= 1
+                return None
+            return report("forged", "ran code under the name of the grader's driver", caller() or _getframe(2))
+        if ((event == "code.__new__" and _len(args) >= 2 and _type(args[1]) is _str and args[1] in driver_files)
+                or (event == "function.__new__" and _len(args) >= 1 and _type(args[0]) is _CodeType
+                    and args[0].co_filename in driver_files)):
+            return report("forged", "made code under the name of the grader's driver", caller() or _getframe(2))
         if (event == "exec" or event == "compile") and _len(args) >= 1 and helper_files:
             # Every course module was imported before the submission ran, so running the code of one that
             # holds an answer-bearing helper again (runpy.run_module, importlib's exec_module, reload,
@@ -688,6 +741,14 @@ def install(config: dict, user_ns: dict | None = None) -> dict:
     summary = {"modules": len(mod_snap), "classes": len(class_snap), "names": len(watched_ids),
                "helpers": list(helpers), "seconds": round(time.perf_counter() - t0, 3)}
     emit("ready", (summary["modules"], summary["classes"], summary["names"]))
+    # Not dumpable: another process of the same user (a subprocess, lab 04's unwatched worker) can then
+    # neither ptrace this kernel nor open its /proc/<pid>/mem, where the channel key lives.
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
+    except Exception:  # noqa: BLE001, S110 (not Linux: nothing to do)
+        pass
     sys.addaudithook(hook)
     if config.get("watchdog", True):
         _thread.start_new_thread(watchdog, ())

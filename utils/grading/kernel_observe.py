@@ -24,7 +24,7 @@ Nothing is written to a file or printed for the grader.
 
 from __future__ import annotations
 
-__all__ = ["DRIVER_FILENAME", "HIDDEN_NAMES", "run"]
+__all__ = ["DRIVER_FILENAME", "HIDDEN_NAMES", "run", "run_sealed"]
 
 #: File name the driver is compiled under; the guard accepts grader events only from code compiled so.
 DRIVER_FILENAME = "<gpucourse-observe>"
@@ -87,7 +87,7 @@ def run(config_text: str, user_ns: dict, audit=None) -> dict:
     config = json.JSONDecoder().decode(config_text)
     items = _fresh_module(f"_gpucourse_items_{uuid.uuid4().hex[:8]}", config["items_path"], config["items_src"])
     public = {k: v for k, v in user_ns.items() if not k.startswith("_") and k not in HIDDEN_NAMES}
-    ns = items.Namespace(public, _worker(config) if "cells" in config else None)
+    ns = items.Namespace(public, _worker(config, audit) if "cells" in config else None)
 
     # Test files import `gpucourse.grading.items`: let them find the fresh copy, not the kernel's.
     found, errors = {}, {}
@@ -127,25 +127,38 @@ def run(config_text: str, user_ns: dict, audit=None) -> dict:
         # submission may have patched for the length of one call).
         sent[name] = payload
         audit("gpucourse.observed", name, payload)
-    stop = getattr(sys.modules.get("gpucourse.grading"), "stop_standby", None)
-    if "cells" in config and callable(stop):
-        stop()  # before the end: the standby is the grader's, not a process the submission left running
-    audit("gpucourse.phase", "end", "")
+    audit("gpucourse.phase", "end", "")  # (the guard ends the standby first, if there is one)
     return sent
 
 
-def _worker(config: dict):
-    """``ns.worker`` for items that kill a process: the standby the grader's first cell forked (see
-    :mod:`gpucourse.grading.kernel_standby`), given the submission's cells and the test file's text."""
+def run_sealed(sealed: bytes, user_ns: dict, audit=None) -> dict:
+    """:func:`run` on the config the grader sealed with the guard's key: the guard unseals it, once."""
     import sys
 
+    audit = audit or sys.audit
+    holder = []
+    audit("gpucourse.config", sealed, holder)
+    if not holder:
+        raise RuntimeError("the grader's guard did not unseal the checks' config")
+    return run(holder[0].decode(), user_ns, audit)
+
+
+def _worker(config: dict, audit):
+    """``ns.worker`` for items that kill a process: the standby the grader's first cell forked (see
+    :mod:`gpucourse.grading.kernel_standby`), which only the guard holds, given the submission's cells
+    and the test file's text."""
     texts = {path: text for _, path, text in config["tests"]}
 
     def worker(entry, args, stop_at=None, timeout_s=60.0):
-        standby = getattr(sys.modules.get("gpucourse.grading"), "standby", None)
-        if not callable(standby):
-            raise RuntimeError("the grader's standby process did not start")
         path = entry.__code__.co_filename
-        return standby(config["cells"], path, texts[path], entry.__name__, args, stop_at, timeout_s)
+        holder = []
+        audit("gpucourse.worker", (config["cells"], path, texts[path], entry.__name__, args, stop_at, timeout_s),
+              holder)
+        if not holder or holder[0][1] is None:
+            raise RuntimeError("the grader's standby process did not start")
+        status, value = holder[0]
+        if status != "ok":
+            raise value
+        return value
 
     return worker

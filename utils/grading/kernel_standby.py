@@ -8,8 +8,9 @@ trains on), and a restart inside the same kernel still finds whatever the first 
 :func:`start` runs in the grader's first cell, before the guard and before any submitted code. It
 imports TensorFlow and Keras (importing initialises no device, so the process can still fork
 safely), then forks the *standby*: a process that never runs submitted code and holds no channel
-to the grader. It publishes two functions on :mod:`gpucourse.grading`, which the guard then records
-like every course function, so that replacing them is reported as tampering:
+to the grader. It returns ``(standby, stop_standby)``, which the first cell hands to the guard
+(:func:`.kernel_guard.install`) and to nothing else: the observation driver reaches the standby only
+through the guard's hook (audit event ``gpucourse.worker``), and the guard ends it at the end phase.
 
 * ``standby(cells, path, source, entry, args, stop_at, timeout_s)``: for one request the standby
   forks a *worker* that runs the submission's code cells in a fresh IPython shell (as a restarted
@@ -20,15 +21,13 @@ like every course function, so that replacing them is reported as tampering:
   session is found too. A worker still running after ``timeout_s`` is killed the same way. The
   answer is ``{"reports": [...], "ended": "killed" | "timeout" | "exit N" | "signal N", "log": ...}``
   (``log``: the end of what the worker printed).
-* ``stop_standby()``: ends the standby (the observation driver calls it after the last item).
+* ``stop_standby()``: ends the standby and any worker it still has.
 
-Only the observation driver may use the standby: ``standby`` refuses any other caller and raises the
-audit event ``gpucourse.standby``, which the guard reports as tampering. Each request is signed with a
-key made before the submission ran, which lives only in a generator's frame (reading ``gi_frame`` is
-reported too), and carries a fresh random id; the standby ignores a request without a valid signature
-or with an id it has seen, so writing to its pipe directly starts nothing. What a worker does is not
-watched: it runs the submission's cells again without the guard, in the kernel's sandbox. What it
-leaves on disk is all a check may read from it.
+Requests are signed with a key made before the submission ran, which lives only in a generator's
+frame, and carry a fresh random id; the standby serves a request only with a valid signature and an
+id it has not seen, so writing into its pipe directly starts nothing. A worker zeroes its copy of
+the key before it runs anything. What a worker does is not watched: it runs the submission's cells
+again without the guard, in the kernel's sandbox. What it leaves on disk is all a check may read from it.
 
 The worker never sees a GPU (``CUDA_VISIBLE_DEVICES=-1`` and ``tf.config.set_visible_devices([], "GPU")``
 before the cells run, so a cell cannot undo it): the kernel holds them, and what a checkpoint holds does
@@ -44,8 +43,6 @@ __all__ = ["PRELOAD", "STANDBY_FILENAME", "start"]
 #: File name the standby's code is compiled under (the guard counts its frames as the grader's).
 STANDBY_FILENAME = "<gpucourse-standby>"
 
-#: The one caller ``standby`` serves: the observation driver (:data:`.kernel_observe.DRIVER_FILENAME`).
-DRIVER_FILENAME = "<gpucourse-observe>"
 
 #: Imported before the fork, so every worker starts with them loaded (TensorFlow alone takes seconds).
 PRELOAD = ("tensorflow", "keras", "numpy", "IPython.core.interactiveshell", "traitlets.config",
@@ -55,17 +52,15 @@ PRELOAD = ("tensorflow", "keras", "numpy", "IPython.core.interactiveshell", "tra
 ANSWER_GRACE_S = 10.0
 
 
-def start(preload=PRELOAD, publish: bool = True):
-    """Fork the standby; return ``(standby, stop_standby)`` and, with ``publish``, set them on gpucourse.grading."""
+def start(preload=PRELOAD):
+    """Fork the standby; return ``(standby, stop_standby)`` (see the module docstring)."""
     import importlib
     import json
     import os
+    import hashlib
     import select
     import signal
     import time
-
-    import hashlib
-    import sys
 
     for name in preload:
         try:
@@ -74,7 +69,7 @@ def start(preload=PRELOAD, publish: bool = True):
             continue
     req_r, req_w = os.pipe()
     resp_r, resp_w = os.pipe()
-    key = os.urandom(32)
+    key = bytearray(os.urandom(32))
     pid = os.fork()
     if pid == 0:  # the standby
         try:
@@ -85,11 +80,11 @@ def start(preload=PRELOAD, publish: bool = True):
             os._exit(0)
     os.close(req_r)
     os.close(resp_w)
-    loads, dumps, monotonic, getframe = json.loads, json.dumps, time.monotonic, sys._getframe  # before the submission
-    audit, urandom, kill, sleep = sys.audit, os.urandom, os.kill, time.sleep
-    sign = _signer(key, hashlib.sha256, getframe, audit)
+    loads, dumps, monotonic = json.loads, json.dumps, time.monotonic  # as they were before the submission ran
+    urandom, kill, sleep = os.urandom, os.kill, time.sleep
+    sign = _signer(bytes(key), hashlib.sha256)
     next(sign)
-    del key  # from here on only the generator's frame holds it
+    key[:] = bytes(len(key))  # from here on only the generator's frame holds it
     pending = [b""]
 
     def send(message) -> None:
@@ -115,9 +110,6 @@ def start(preload=PRELOAD, publish: bool = True):
 
     def standby(cells, path, source, entry, args, stop_at=None, timeout_s=60.0):
         """Run ``entry`` of the test file ``path`` in a fresh worker after ``cells``; see the module docstring."""
-        if getframe(1).f_code.co_filename != DRIVER_FILENAME:
-            audit("gpucourse.standby", "called by the submission")
-            raise RuntimeError("the grader's standby serves the grader's checks only")
         ident = urandom(16).hex()
         send({"id": ident, "cells": list(cells), "path": path, "source": source, "entry": entry, "args": args,
               "stop_at": stop_at, "timeout_s": float(timeout_s)})
@@ -137,8 +129,8 @@ def start(preload=PRELOAD, publish: bool = True):
         """End the standby and any worker it still has; wait for it to exit."""
         try:
             send({"id": urandom(16).hex(), "quit": True})
-        except OSError:
-            pass
+        except BaseException:  # noqa: BLE001, S110 (a broken pipe or signer: kill it below)
+            wait_s = 0
         deadline = monotonic() + wait_s
         while monotonic() < deadline:
             try:
@@ -159,29 +151,13 @@ def start(preload=PRELOAD, publish: bool = True):
         except OSError:
             pass
 
-    if publish:
-        grading = importlib.import_module("gpucourse.grading")
-        grading.standby, grading.stop_standby = standby, stop_standby
     return standby, stop_standby
 
 
-def _signer(key: bytes, sha256, getframe, audit, standby_file=STANDBY_FILENAME, driver_file=DRIVER_FILENAME):
-    """A generator that signs request bodies: ``send(body)`` returns sha256(key + body) in hex.
-
-    It signs only for the driver, through the standby's own ``send`` and ``standby``/``stop_standby``
-    (compiling other code under either file name is reported by the guard); any other caller gets an
-    empty signature and the audit event ``gpucourse.standby``. Everything it uses is a local of its frame.
-    """
+def _signer(key: bytes, sha256):
+    """A generator that signs request bodies: ``send(body)`` returns sha256(key + body) in hex."""
     body = yield ""
     while True:
-        f, names = getframe(1), []
-        while f is not None and len(names) < 3:
-            names.append(f.f_code.co_filename)
-            f = f.f_back
-        if names != [standby_file, standby_file, driver_file]:
-            audit("gpucourse.standby", "asked for a signature")
-            body = yield ""
-            continue
         body = yield sha256(key + body).hexdigest()
 
 
@@ -208,7 +184,7 @@ def _descendants(pid: int) -> list[int]:
 # ------------------------------------------------------------------------------------ the standby
 
 
-def _serve(req_r: int, resp_w: int, key: bytes) -> None:
+def _serve(req_r: int, resp_w: int, key: bytearray) -> None:
     """The standby's loop: one worker per signed request, until ``quit`` or the kernel closes the pipe."""
     import hashlib
     import hmac
@@ -230,7 +206,7 @@ def _serve(req_r: int, resp_w: int, key: bytes) -> None:
             pending += chunk
         line, _, pending = pending.partition(b"\n")
         signature, _, body = line.partition(b" ")
-        if not hmac.compare_digest(signature, hashlib.sha256(key + body).hexdigest().encode()):
+        if not hmac.compare_digest(signature, hashlib.sha256(bytes(key) + body).hexdigest().encode()):
             continue  # not from the grader's driver
         try:
             request = json.loads(body)
@@ -241,7 +217,7 @@ def _serve(req_r: int, resp_w: int, key: bytes) -> None:
         seen.add(request.get("id"))
         if request.get("quit"):
             return
-        ended, log = _run_worker(request, req_r, resp_w)
+        ended, log = _run_worker(request, req_r, resp_w, key)
         _send(resp_w, {"id": request.get("id"), "ended": ended, "log": log})
 
 
@@ -309,7 +285,7 @@ def _kill_tree(pid: int | None) -> None:
                 pass
 
 
-def _run_worker(request: dict, req_r: int, resp_w: int) -> tuple[str, str]:
+def _run_worker(request: dict, req_r: int, resp_w: int, key: bytearray) -> tuple[str, str]:
     """Fork one worker for ``request``, relay its reports, kill it at ``stop_at``; ``(how it ended, log tail)``."""
     import json
     import os
@@ -322,6 +298,7 @@ def _run_worker(request: dict, req_r: int, resp_w: int) -> tuple[str, str]:
     pid = os.fork()
     if pid == 0:
         code = 1
+        key[:] = bytes(len(key))  # the submission's cells run here, unwatched: they must not sign requests
         try:
             os.close(rep_r)
             os.close(req_r)

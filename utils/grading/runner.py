@@ -34,6 +34,7 @@ from .channel import Channel
 from .execute import Cell, run_cells
 from .integrity import assess, guard_config, helper_items, scan_source
 from .items import ITEM_TIMEOUT_S, LABTESTS_DIR, ItemResult, lab_test_path
+from .kernel_guard import seal
 from .kernel_observe import DRIVER_FILENAME
 from .kernel_standby import STANDBY_FILENAME
 from .report import GradeReport
@@ -48,30 +49,27 @@ DEFAULT_TIMEOUT_S = 300
 GUARD_CONNECT_S = 5
 
 _GUARD_CELL = """\
-def _gpucourse_guard(src, config):
+def _gpucourse_guard(src, config, standby_src):
+    standby = None
+    if standby_src:  # forked before the guard, handed to it alone (see kernel_standby)
+        s = {{"__name__": "gpucourse_standby"}}
+        exec(compile(standby_src, {standby_filename!r}, "exec"), s)
+        standby = s["start"]()
     g = {{"__name__": "gpucourse_guard"}}
     exec(compile(src, {filename!r}, "exec"), g)
-    g["install"](config, globals())
-_gpucourse_guard({src!r}, {config!r})
+    g["install"](config, globals(), standby)
+_gpucourse_guard({src!r}, {config!r}, {standby_src!r})
 del _gpucourse_guard
 """
 
-# Items that kill a worker process (lab 04's q5) need a process forked before any submitted code runs.
-_STANDBY_CELL = """\
-def _gpucourse_standby(src):
-    g = {{"__name__": "gpucourse_standby"}}
-    exec(compile(src, {filename!r}, "exec"), g)
-    g["start"]()
-_gpucourse_standby({src!r})
-del _gpucourse_standby
-"""
-
+# The config (the items' cases) travels sealed with the guard's channel key: a cell's source is readable by the
+# submission (In, linecache, IPython's events), the key only by the guard (kernel_guard.seal).
 _OBSERVE_CELL = """\
-def _gpucourse_observe(src, config):
+def _gpucourse_observe(src, sealed):
     g = {{"__name__": "gpucourse_observe"}}
     exec(compile(src, {filename!r}, "exec"), g)
-    g["run"](config, globals())
-_gpucourse_observe({src!r}, {config!r})
+    g["run_sealed"](bytes.fromhex(sealed), globals())
+_gpucourse_observe({src!r}, {sealed!r})
 del _gpucourse_observe
 """
 
@@ -189,40 +187,50 @@ def grade_notebook(path: str | Path, lab: str | None = None, extra_tests=(), tim
     return report
 
 
-def _cells(code, tests, plan, helpers, address, output=()) -> list[Cell]:
+def _cells(code, tests, plan, helpers, address, output=()):
+    """The run's cells (the driver's cell still without its config), the config text and its digest."""
     guard_src, driver_src, standby_src = GUARD_PY.read_text(), OBSERVE_PY.read_text(), STANDBY_PY.read_text()
-    # The driver and the standby are the grader's code compiled from known text: code compiled under their
-    # names from any other text is reported (the standby signs only for frames of those two files).
+    # The driver is the grader's code compiled from known text (once); under the driver's or the standby's
+    # name, code compiled from any other text, or run or made otherwise, is reported.
     config = guard_config(address, helpers,
                           [p for _, p, _ in tests] + [str(ITEMS_PY), DRIVER_FILENAME, STANDBY_FILENAME],
-                          [DRIVER_FILENAME, STANDBY_FILENAME],
-                          [hashlib.sha256(text.encode()).hexdigest() for text in (driver_src, standby_src)],
+                          [DRIVER_FILENAME, STANDBY_FILENAME], [hashlib.sha256(driver_src.encode()).hexdigest()],
                           [p for _, p, _ in tests] + [str(q) for q in sorted(LABTESTS_DIR.glob("lab*.py"))],
                           output)
     kernel_tests = [[source, path, judging.kernel_source(text)] for source, path, text in tests]
     observe = {"items_src": ITEMS_PY.read_text(), "items_path": str(ITEMS_PY), "tests": kernel_tests,
                "plan": [e.to_kernel() for e in plan if not e.error], "timeout_s": ITEM_TIMEOUT_S}
-    setup = _GUARD_CELL.format(filename="<gpucourse-guard>", src=guard_src, config=config)
-    if any(e.spec.worker for e in plan if not e.error):
-        # The standby forks before the guard and before any submitted code; its workers run the cells again.
-        setup = _STANDBY_CELL.format(filename=STANDBY_FILENAME, src=standby_src) + setup
+    with_standby = any(e.spec.worker for e in plan if not e.error)
+    if with_standby:  # its workers run the cells again
         observe["cells"] = [src for _, src in code]
+    setup = _GUARD_CELL.format(filename="<gpucourse-guard>", src=guard_src, config=config,
+                               standby_filename=STANDBY_FILENAME, standby_src=standby_src if with_standby else "")
     cells = [Cell("grader setup", setup)]
     cells += [Cell(f"cell {i}", src, submission=True) for i, src in code]
     config_text = json.dumps(observe, allow_nan=True)
-    cells.append(Cell("grader checks", _OBSERVE_CELL.format(filename=DRIVER_FILENAME, src=driver_src,
-                                                            config=config_text)))
-    return cells, hashlib.sha256(config_text.encode()).hexdigest()
+    cells.append(Cell("grader checks", ""))  # completed by seal_driver_cell once the guard's key is known
+    return cells, config_text, hashlib.sha256(config_text.encode()).hexdigest()
+
+
+def seal_driver_cell(cell: Cell, config_text: str, key: bytes) -> None:
+    """Give the driver's cell its config, sealed with the guard's channel key."""
+    sealed = seal(key, config_text.encode(), hashlib.shake_256, int.from_bytes)
+    cell.source = _OBSERVE_CELL.format(filename=DRIVER_FILENAME, src=OBSERVE_PY.read_text(), sealed=sealed.hex())
 
 
 def _run(report: GradeReport, code, tests, plan, helpers, timeout, kernel_name, hide=()) -> None:
     channel = Channel().start()
     try:
-        cells, config_digest = _cells(code, tests, plan, helpers, channel.address, hide)
+        cells, config_text, config_digest = _cells(code, tests, plan, helpers, channel.address, hide)
 
         def before(index, cell):
             if index == 1 and not channel.wait_connected(GUARD_CONNECT_S):
                 raise RuntimeError("the grader's guard did not connect")
+            if cell.label == "grader checks":
+                key = channel.wait_key(GUARD_CONNECT_S)
+                if key is None:
+                    raise RuntimeError("the grader's guard sent no key")
+                seal_driver_cell(cell, config_text, key)
 
         run = run_cells(cells, timeout, kernel_name, before_cell=before, stop=channel.tampered,
                         reach=[channel.folder], hide=hide)
