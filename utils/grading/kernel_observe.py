@@ -5,7 +5,9 @@ it as text and executes it under the file name :data:`DRIVER_FILENAME` in a priv
 :mod:`gpucourse.grading.execute`); it is never imported there and uses the standard library only.
 It is a real module so that it can be linted and unit-tested (``tests/grading/test_kernel_observe.py``).
 
-:func:`run` builds a fresh copy of :mod:`gpucourse.grading.items` and of every test file from the
+The grader's cell calls :func:`run_sealed` with the config sealed with the guard's channel key (see
+:func:`gpucourse.grading.kernel_guard.seal`): the guard unseals it, once, so the cases never appear in
+a cell's source, which the submission can read. :func:`run` builds a fresh copy of :mod:`gpucourse.grading.items` and of every test file from the
 text the grader read before the submission ran (the submission can neither rewrite nor replace
 them), then, item by item:
 

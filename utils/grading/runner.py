@@ -11,7 +11,9 @@ How a submission is graded (each step lives in its own module):
    installs an audit hook (for a lab with an item that kills a process, the standby of
    :mod:`.kernel_standby` is forked first, before the guard); then the submission's code cells; then
    the observation driver (:mod:`.kernel_observe`), which calls the learner's functions on the
-   grader's cases and sends back plain observations through the hook. The kernel and every process it started are killed.
+   grader's cases and sends back plain observations through the hook. The driver's config (the
+   cases) is in its cell only sealed with the guard's channel key, and the grader's cells are kept
+   out of the kernel's input history: a cell's source is readable by the submission, the key is not. The kernel and every process it started are killed.
 3. The grader judges each observation with its own copy of the tests (:mod:`.judge`), and turns the
    guard's records into tampering (all marks withheld), withheld items, and flags (:mod:`.integrity`).
 
@@ -208,14 +210,16 @@ def _cells(code, tests, plan, helpers, address, output=()):
     cells = [Cell("grader setup", setup)]
     cells += [Cell(f"cell {i}", src, submission=True) for i, src in code]
     config_text = json.dumps(observe, allow_nan=True)
-    cells.append(Cell("grader checks", ""))  # completed by seal_driver_cell once the guard's key is known
+    # The driver's cell, completed by seal_driver_cell once the guard's key is known (the text whose digest
+    # the guard accepts is kept here until then).
+    cells.append(Cell("grader checks", driver_src))
     return cells, config_text, hashlib.sha256(config_text.encode()).hexdigest()
 
 
 def seal_driver_cell(cell: Cell, config_text: str, key: bytes) -> None:
-    """Give the driver's cell its config, sealed with the guard's channel key."""
+    """Give the driver's cell (holding the driver's text) its config, sealed with the guard's channel key."""
     sealed = seal(key, config_text.encode(), hashlib.shake_256, int.from_bytes)
-    cell.source = _OBSERVE_CELL.format(filename=DRIVER_FILENAME, src=OBSERVE_PY.read_text(), sealed=sealed.hex())
+    cell.source = _OBSERVE_CELL.format(filename=DRIVER_FILENAME, src=cell.source, sealed=sealed.hex())
 
 
 def _run(report: GradeReport, code, tests, plan, helpers, timeout, kernel_name, hide=()) -> None:
