@@ -80,8 +80,10 @@ def start(preload=PRELOAD):
             os._exit(0)
     os.close(req_r)
     os.close(resp_w)
-    loads, dumps, monotonic = json.loads, json.dumps, time.monotonic  # as they were before the submission ran
-    urandom, kill, sleep = os.urandom, os.kill, time.sleep
+    # Everything the client calls, as it was before the submission ran. A request (it holds a case) is written
+    # with repr, which only the built-in types' own methods take part in: no encoder to patch for one call.
+    loads, dumps, monotonic, urandom, kill, sleep = json.loads, repr, time.monotonic, os.urandom, os.kill, time.sleep
+    write, read, wait_readable, waitpid = os.write, os.read, select.select, os.waitpid
     sign = _signer(bytes(key), hashlib.sha256)
     next(sign)
     key[:] = bytes(len(key))  # from here on only the generator's frame holds it
@@ -91,14 +93,14 @@ def start(preload=PRELOAD):
         body = dumps(message).encode()
         data = sign.send(body).encode() + b" " + body + b"\n"
         while data:
-            data = data[os.write(req_w, data):]
+            data = data[write(req_w, data):]
 
     def receive(deadline: float):
         while b"\n" not in pending[0]:
             left = deadline - monotonic()
-            if left <= 0 or not select.select([resp_r], [], [], left)[0]:
+            if left <= 0 or not wait_readable([resp_r], [], [], left)[0]:
                 return None
-            chunk = os.read(resp_r, 1 << 16)
+            chunk = read(resp_r, 1 << 16)
             if not chunk:
                 return None
             pending[0] += chunk
@@ -134,7 +136,7 @@ def start(preload=PRELOAD):
         deadline = monotonic() + wait_s
         while monotonic() < deadline:
             try:
-                if os.waitpid(pid, os.WNOHANG)[0]:
+                if waitpid(pid, os.WNOHANG)[0]:
                     return
             except ChildProcessError:
                 return
@@ -147,7 +149,7 @@ def start(preload=PRELOAD):
                 pass
         try:
             kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
+            waitpid(pid, 0)
         except OSError:
             pass
 
@@ -186,6 +188,7 @@ def _descendants(pid: int) -> list[int]:
 
 def _serve(req_r: int, resp_w: int, key: bytearray) -> None:
     """The standby's loop: one worker per signed request, until ``quit`` or the kernel closes the pipe."""
+    import ast
     import hashlib
     import hmac
     import json
@@ -209,8 +212,8 @@ def _serve(req_r: int, resp_w: int, key: bytearray) -> None:
         if not hmac.compare_digest(signature, hashlib.sha256(bytes(key) + body).hexdigest().encode()):
             continue  # not from the grader's driver
         try:
-            request = json.loads(body)
-        except ValueError:
+            request = ast.literal_eval(body.decode())
+        except (ValueError, SyntaxError, UnicodeDecodeError, MemoryError, RecursionError):
             continue
         if not isinstance(request, dict) or request.get("id") in seen:
             continue  # a request played again
