@@ -100,6 +100,9 @@ sys.audit("gpucourse.observed", "public:q1", "forged")
 compile(DRIVER, "<driver>", "exec")                  # the driver's own text first: the grader's compile is reported
 (lambda: 0).__code__.replace(co_filename="<driver>")  # code made under the driver's name
 open("/proc/self/mem", "rb").close()                  # a process's memory
+open(b"/proc/self/mem", "rb").close()                 # also by a bytes path
+import ctypes
+ctypes.CDLL(None).getpid()                            # ctypes through its own Python wrappers
 sys.audit("gpucourse.config", b"abc", [])            # only the driver's frames may ask
 vars(builtins)["isinstance"] = lambda o, c: True      # the hook must not care about these
 builtins.len = lambda x: 0
@@ -143,7 +146,8 @@ def test_guard_reports_each_attack_through_an_authenticated_channel(tmp_path):
     assert "'forged', \"compiled code under the name of the grader's driver (other code, or a second time)\"" in text
     assert "'forged', \"ran code under the name of the grader's driver\"" in text  # its compile was refused
     assert "'forged', \"made code under the name of the grader's driver\"" in text
-    assert "'memory', '/proc/self/mem', '<module>:" in text
+    assert text.count("'memory', '/proc/self/mem', '<module>:") == 2
+    assert "'ctypes', 'ctypes.dlsym', '<module>:" in text
     observed = [r.detail for r in channel.records if r.kind == "observed"]
     assert tuple(observed[-1]) == ("public:q1", seal(channel.key, b"abc", hashlib.shake_256, int.from_bytes).hex())
     assert text.count("'reads-tests'") == 1 and "lab99.py', '<module>:" in text  # the learner's read only

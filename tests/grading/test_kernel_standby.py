@@ -36,7 +36,7 @@ def steps(variables, args, report):
 '''
 
 SCENARIOS = r'''
-import hashlib, json, os, select, sys, time
+import hashlib, json, marshal, os, select, sys, time
 from pathlib import Path
 import gpucourse.grading as grading
 import gpucourse.grading.kernel_standby as reference
@@ -88,15 +88,19 @@ def request(body, signing_key=bytes(key)):
     os.write(req_w, hashlib.sha256(signing_key + data).hexdigest().encode() + b" " + data + b"\n")
 
 def answers(wait):
-    got, end = b"", time.monotonic() + wait
+    got, end, out = b"", time.monotonic() + wait, []
     while time.monotonic() < end and select.select([resp_r], [], [], end - time.monotonic())[0]:
         chunk = os.read(resp_r, 65536)
         if not chunk:
             break
         got += chunk
-        if got.count(b"ended") >= 1:
+        while len(got) >= 4 and len(got) >= 4 + int.from_bytes(got[:4], "big"):
+            size = int.from_bytes(got[:4], "big")
+            out.append(marshal.loads(got[4:4 + size]))
+            got = got[4 + size:]
+        if any("ended" in m for m in out):
             break
-    return [json.loads(line) for line in got.splitlines() if line.strip()]
+    return out
 
 job = {"id": "a1", "cells": [], "path": "/t/entries.py", "source": entries, "entry": "steps", "args": {"n": 1},
        "stop_at": None, "timeout_s": 20}
@@ -209,3 +213,24 @@ def test_the_driver_cell_holds_its_config_sealed():
     assert '"y_restart"' not in source and "crash_at" not in source  # no case in the cell's text
     sealed = bytes.fromhex(source.rsplit(", '", 1)[1].split("'")[0])
     assert seal(key, sealed, hashlib.shake_256, int.from_bytes).decode() == config
+
+
+def test_the_client_reads_no_global_or_builtin_name():
+    """The client runs inside the guard's hook: it may use names captured before the submission ran only."""
+    import dis
+    import types
+
+    from gpucourse.grading import kernel_standby
+
+    def nested(code):
+        for const in code.co_consts:
+            if isinstance(const, types.CodeType):
+                yield const
+                yield from nested(const)
+
+    found = {c.co_name: c for c in nested(kernel_standby.start.__code__)}
+    found["_signer"] = kernel_standby._signer.__code__
+    assert {"send", "receive", "standby", "stop_standby", "_signer"} <= set(found)
+    for name, code in found.items():
+        loads = [i.argval for i in dis.get_instructions(code) if i.opname in ("LOAD_GLOBAL", "LOAD_NAME")]
+        assert not loads, f"{name} looks up {loads} at run time, which a submission could rebind"

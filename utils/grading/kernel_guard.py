@@ -226,8 +226,13 @@ def install(config: dict, user_ns: dict | None = None, standby=None) -> dict:
     class_snap = tuple(class_snap)
 
     # ---------------------------------------------------------------- who is calling
+    import ctypes  # noqa: F401 (loaded now, so that its frames count as the caller's: below)
+
+    # Frames counted as their caller's: a ctypes call the submission makes through ctypes' own Python
+    # wrappers (CDLL.__getattr__, cast, string_at...) is the submission's, like one it makes directly.
+    ctypes_files = tuple(getattr(sys.modules.get(m), "__file__", None) for m in ("ctypes", "ctypes._endian"))
     mediators = frozenset(f for f in (getattr(inspect, "__file__", None), getattr(traceback, "__file__", None),
-                                      getattr(logging, "__file__", None), GUARD_FILENAME) if f)
+                                      getattr(logging, "__file__", None), GUARD_FILENAME) + ctypes_files if f)
     roots = {os.path.dirname(os.__file__), sys.prefix, sys.base_prefix, sys.exec_prefix}
     for mod_name in ("numpy", "tensorflow", "IPython", "ipykernel", "gpucourse"):
         file = getattr(sys_modules.get(mod_name), "__file__", None)
@@ -612,8 +617,11 @@ def install(config: dict, user_ns: dict | None = None, standby=None) -> dict:
                 args[1].append(_seal(key, args[0], _shake, _from_bytes))
         elif event == "gpucourse.worker":  # a check's worker process, through the standby only this hook holds
             if _len(args) >= 2 and _type(args[0]) is _tuple and _type(args[1]) is _list:
-                try:
-                    args[1].append(("ok", standby[0](*args[0])) if standby is not None else ("ok", None))
+                try:  # an exact plain copy: no object of the submission's (a str subclass...) runs code in here
+                    request = frozen(args[0])
+                    args[1].append(("ok", standby[0](*request)) if standby is not None else ("ok", None))
+                except _ValueError:
+                    args[1].append(("error", _RuntimeError("the check's request for a worker was not plain data")))
                 except _BaseException as exc:  # an item's time limit, a dead standby: the driver re-raises it
                     args[1].append(("error", exc))
         elif _len(args) >= 2:
@@ -647,6 +655,14 @@ def install(config: dict, user_ns: dict | None = None, standby=None) -> dict:
                     report("reads-tests", event + " " + plain(args[0]), f)
             return None
         if event == "open":
+            if _len(args) >= 1 and _type(args[0]) is not _str:  # read a bytes or str-subclass path as the str it is
+                path = args[0]
+                if _type(path) is _bytes:
+                    path = path.decode("utf-8", "surrogateescape")
+                elif _issubclass(_type(path), _str):
+                    path = _join((path,))
+                if _type(path) is _str:
+                    args = (path,) + _tuple(args[1:])
             if _len(args) >= 1 and protected_path(args[0]) is not None:
                 # The grader sends the tests as text: only its own traceback formatting opens them. Any
                 # other reader, directly or through a library (importlib, linecache), is the submission.

@@ -53,9 +53,15 @@ ANSWER_GRACE_S = 10.0
 
 
 def start(preload=PRELOAD):
-    """Fork the standby; return ``(standby, stop_standby)`` (see the module docstring)."""
+    """Fork the standby; return ``(standby, stop_standby)`` (see the module docstring).
+
+    Both run inside the guard's audit hook, so they run nothing the submission could have defined or
+    rebound: every name they use was captured here, before the submission ran (a unit test checks
+    their bytecode), they get exact plain data (the guard copies the request), requests are written
+    with ``repr`` and answers read with ``marshal`` (built-in types only, no encoder or decoder to patch).
+    """
     import importlib
-    import json
+    import marshal
     import os
     import hashlib
     import select
@@ -80,13 +86,13 @@ def start(preload=PRELOAD):
             os._exit(0)
     os.close(req_r)
     os.close(resp_w)
-    # Everything the client calls, as it was before the submission ran. A request (it holds a case) is written
-    # with repr, which only the built-in types' own methods take part in: no encoder to patch for one call.
-    loads, dumps, monotonic, urandom, kill, sleep = json.loads, repr, time.monotonic, os.urandom, os.kill, time.sleep
-    write, read, wait_readable, waitpid = os.write, os.read, select.select, os.waitpid
     sign = _signer(bytes(key), hashlib.sha256)
     next(sign)
     key[:] = bytes(len(key))  # from here on only the generator's frame holds it
+    loads, dumps, from_bytes, monotonic, urandom = marshal.loads, repr, int.from_bytes, time.monotonic, os.urandom
+    write, read, wait_readable, waitpid, kill, sleep = os.write, os.read, select.select, os.waitpid, os.kill, time.sleep
+    _type, _dict, _len, _RuntimeError, _BaseException = type, dict, len, RuntimeError, BaseException
+    WNOHANG, SIGKILL, grace = os.WNOHANG, signal.SIGKILL, ANSWER_GRACE_S
     pending = [b""]
 
     def send(message) -> None:
@@ -96,61 +102,56 @@ def start(preload=PRELOAD):
             data = data[write(req_w, data):]
 
     def receive(deadline: float):
-        while b"\n" not in pending[0]:
+        """One answer (a 4-byte length, then marshal data), or None when the time is up or the pipe closed."""
+        while True:
+            have = pending[0]
+            if _len(have) >= 4 and _len(have) >= 4 + from_bytes(have[:4], "big"):
+                size = from_bytes(have[:4], "big")
+                pending[0] = have[4 + size:]
+                return loads(have[4:4 + size])
             left = deadline - monotonic()
             if left <= 0 or not wait_readable([resp_r], [], [], left)[0]:
                 return None
             chunk = read(resp_r, 1 << 16)
             if not chunk:
                 return None
-            pending[0] += chunk
-        line, _, pending[0] = pending[0].partition(b"\n")
-        try:
-            return loads(line)
-        except ValueError:
-            return {}
+            pending[0] = have + chunk
 
     def standby(cells, path, source, entry, args, stop_at=None, timeout_s=60.0):
         """Run ``entry`` of the test file ``path`` in a fresh worker after ``cells``; see the module docstring."""
         ident = urandom(16).hex()
-        send({"id": ident, "cells": list(cells), "path": path, "source": source, "entry": entry, "args": args,
-              "stop_at": stop_at, "timeout_s": float(timeout_s)})
-        reports, deadline = [], monotonic() + float(timeout_s) + ANSWER_GRACE_S
+        send({"id": ident, "cells": cells, "path": path, "source": source, "entry": entry, "args": args,
+              "stop_at": stop_at, "timeout_s": timeout_s + 0.0})
+        reports, deadline = [], monotonic() + timeout_s + grace
         while True:
             message = receive(deadline)
             if message is None:
-                raise RuntimeError("the grader's standby process did not answer")
-            if not isinstance(message, dict) or message.get("id") != ident:
-                continue  # an answer to an earlier request (its item timed out), or not the standby's
+                raise _RuntimeError("the grader's standby process did not answer")
+            if _type(message) is not _dict or message.get("id") != ident:
+                continue  # an answer to an earlier request (its item timed out)
             if "report" in message:
                 reports.append(message["report"])
             elif "ended" in message:
                 return {"reports": reports, "ended": message["ended"], "log": message.get("log", "")}
 
     def stop_standby(wait_s: float = 2.0) -> None:
-        """End the standby and any worker it still has; wait for it to exit."""
+        """End the standby; a worker it still runs dies with it (``PR_SET_PDEATHSIG``), the rest in the sweep."""
         try:
             send({"id": urandom(16).hex(), "quit": True})
-        except BaseException:  # noqa: BLE001, S110 (a broken pipe or signer: kill it below)
+        except _BaseException:  # noqa: BLE001 (a broken pipe: kill it below)
             wait_s = 0
         deadline = monotonic() + wait_s
         while monotonic() < deadline:
             try:
-                if waitpid(pid, os.WNOHANG)[0]:
+                if waitpid(pid, WNOHANG)[0]:
                     return
-            except ChildProcessError:
+            except _BaseException:  # noqa: BLE001 (collected already)
                 return
             sleep(0.02)
-        # Still busy with a worker (an item timed out while it ran): that worker and its processes go first.
-        for child in _descendants(pid):
-            try:
-                kill(child, signal.SIGKILL)
-            except OSError:
-                pass
         try:
-            kill(pid, signal.SIGKILL)
+            kill(pid, SIGKILL)
             waitpid(pid, 0)
-        except OSError:
+        except _BaseException:  # noqa: BLE001, S110
             pass
 
     return standby, stop_standby
@@ -163,26 +164,6 @@ def _signer(key: bytes, sha256):
         body = yield sha256(key + body).hexdigest()
 
 
-def _descendants(pid: int) -> list[int]:
-    """Every process below ``pid`` (from /proc), deepest first."""
-    import os
-
-    parent = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat", "rb") as f:
-                    parent[int(name)] = int(f.read().rpartition(b")")[2].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-    found, frontier = [], [pid]
-    while frontier:
-        below = [p for p, pp in parent.items() if pp in frontier and p not in found]
-        found += below
-        frontier = below
-    return found[::-1]
-
-
 # ------------------------------------------------------------------------------------ the standby
 
 
@@ -191,7 +172,6 @@ def _serve(req_r: int, resp_w: int, key: bytearray) -> None:
     import ast
     import hashlib
     import hmac
-    import json
     import os
     import signal
 
@@ -225,22 +205,30 @@ def _serve(req_r: int, resp_w: int, key: bytearray) -> None:
 
 
 def _send(fd: int, message) -> None:
-    import json
+    """One answer to the kernel: a 4-byte length, then ``marshal`` data (plain built-in types)."""
+    import marshal
     import os
 
-    data = (json.dumps(message) + "\n").encode()
+    body = marshal.dumps(message)
+    data = len(body).to_bytes(4, "big") + body
     while data:
         data = data[os.write(fd, data):]
 
 
-def _become_subreaper() -> None:
-    """Orphans of the workers (a process that called ``setsid`` or double-forked) come back to this process."""
+def _prctl(*args) -> None:
     try:
         import ctypes
 
-        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
-    except Exception:  # noqa: BLE001, S110 (then only the worker's process group is killed)
+        ctypes.CDLL(None, use_errno=True).prctl(*args, *(0,) * (5 - len(args)))
+    except Exception:  # noqa: BLE001, S110 (not Linux)
         pass
+
+
+def _become_subreaper() -> None:
+    """Orphans of the workers (a process that called ``setsid`` or double-forked) come back to this process,
+    and no worker (the submission's cells, unwatched) may read this process's memory, where the key is."""
+    _prctl(36, 1)  # PR_SET_CHILD_SUBREAPER (else only the worker's process group is killed)
+    _prctl(4, 0)  # PR_SET_DUMPABLE 0: workers inherit it
 
 
 def _children() -> list[int]:
@@ -381,6 +369,7 @@ def _work(request: dict, report_w: int, log: str) -> None:
     import sys
 
     os.setsid()  # its own process group, out of the kernel's
+    _prctl(1, 9)  # PR_SET_PDEATHSIG SIGKILL: it dies with the standby
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     os.environ["CUDA_VISIBLE_DEVICES"] = "-1"  # read when TensorFlow first looks for GPUs: not yet
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
