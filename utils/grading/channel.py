@@ -175,6 +175,7 @@ class Channel:
         """The guard's channel key (its first line), once it arrived within ``timeout`` seconds, else None."""
         self._keyed.wait(timeout)
         return self.key
+
     def wait_end(self, timeout: float) -> bool:
         """Wait until the ``end`` record (or the channel closed); True if ``end`` arrived."""
         self._end.wait(timeout)

@@ -226,7 +226,7 @@ def install(config: dict, user_ns: dict | None = None, standby=None) -> dict:
     class_snap = tuple(class_snap)
 
     # ---------------------------------------------------------------- who is calling
-    import ctypes  # noqa: F401 (loaded now, so that its frames count as the caller's: below)
+    import ctypes  # loaded now, so that its frames count as the caller's (below); prctl at the end
 
     # Frames counted as their caller's: a ctypes call the submission makes through ctypes' own Python
     # wrappers (CDLL.__getattr__, cast, string_at...) is the submission's, like one it makes directly.
@@ -760,9 +760,7 @@ def install(config: dict, user_ns: dict | None = None, standby=None) -> dict:
     # Not dumpable: another process of the same user (a subprocess, lab 04's unwatched worker) can then
     # neither ptrace this kernel nor open its /proc/<pid>/mem, where the channel key lives.
     try:
-        import ctypes
-
-        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
+        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0 (ctypes was imported above)
     except Exception:  # noqa: BLE001, S110 (not Linux: nothing to do)
         pass
     sys.addaudithook(hook)

@@ -7,9 +7,9 @@ It is a real module so that it can be linted and unit-tested (``tests/grading/te
 
 The grader's cell calls :func:`run_sealed` with the config sealed with the guard's channel key (see
 :func:`gpucourse.grading.kernel_guard.seal`): the guard unseals it, once, so the cases never appear in
-a cell's source, which the submission can read. :func:`run` builds a fresh copy of :mod:`gpucourse.grading.items` and of every test file from the
-text the grader read before the submission ran (the submission can neither rewrite nor replace
-them), then, item by item:
+a cell's source, which the submission can read. :func:`run` builds a fresh copy of
+:mod:`gpucourse.grading.items` and of every test file from the text the grader read before the
+submission ran (the submission can neither rewrite nor replace them), then, item by item:
 
 * a *split* item (``cases``/``observe``/``judge``): ``observe_item`` calls the learner's code on the
   cases the grader drew with its secret seed and returns plain data (no expected answer exists in

@@ -376,7 +376,8 @@ def _work(request: dict, report_w: int, log: str) -> None:
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
-    sys.stdout = sys.stderr = open(1, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
+    out = open(1, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
+    sys.stdout = sys.stderr = out
     sys.stdin = open(os.devnull)  # noqa: SIM115
     dumps = json.dumps
 

@@ -13,7 +13,8 @@ How a submission is graded (each step lives in its own module):
    the observation driver (:mod:`.kernel_observe`), which calls the learner's functions on the
    grader's cases and sends back plain observations through the hook. The driver's config (the
    cases) is in its cell only sealed with the guard's channel key, and the grader's cells are kept
-   out of the kernel's input history: a cell's source is readable by the submission, the key is not. The kernel and every process it started are killed.
+   out of the kernel's input history: a cell's source is readable by the submission, the key is
+   not. The kernel and every process it started are killed.
 3. The grader judges each observation with its own copy of the tests (:mod:`.judge`), and turns the
    guard's records into tampering (all marks withheld), withheld items, and flags (:mod:`.integrity`).
 
