@@ -103,6 +103,18 @@ open("/proc/self/mem", "rb").close()                  # a process's memory
 open(b"/proc/self/mem", "rb").close()                 # also by a bytes path
 import ctypes
 ctypes.CDLL(None).getpid()                            # ctypes through its own Python wrappers
+CALLS = []
+class Sneaky(str):                                    # would run in the hook if the guard compared it there
+    def __eq__(self, other):
+        CALLS.append("eq")
+        return str.__eq__(self, other)
+    def __hash__(self):
+        CALLS.append("hash")
+        return str.__hash__(self)
+code = compile("y = 1", "<plain>", "exec").replace(co_filename=Sneaky("<driver>"))
+CALLS.clear()
+exec(code, {})                                        # a code object whose file name is not a str
+print("SNEAKY CALLS", CALLS)
 sys.audit("gpucourse.config", b"abc", [])            # only the driver's frames may ask
 vars(builtins)["isinstance"] = lambda o, c: True      # the hook must not care about these
 builtins.len = lambda x: 0
@@ -148,6 +160,9 @@ def test_guard_reports_each_attack_through_an_authenticated_channel(tmp_path):
     assert "'forged', \"made code under the name of the grader's driver\"" in text
     assert text.count("'memory', '/proc/self/mem', '<module>:") == 2
     assert "'ctypes', 'ctypes.dlsym', '<module>:" in text
+    assert "'forged', 'ran code whose file name is not a str', '<module>:" in text
+    assert "SNEAKY CALLS []" in proc.stdout  # its __eq__/__hash__ never ran in the hook
+    assert "guard-error" not in kinds
     observed = [r.detail for r in channel.records if r.kind == "observed"]
     assert tuple(observed[-1]) == ("public:q1", seal(channel.key, b"abc", hashlib.shake_256, int.from_bytes).hex())
     assert text.count("'reads-tests'") == 1 and "lab99.py', '<module>:" in text  # the learner's read only

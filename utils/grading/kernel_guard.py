@@ -230,7 +230,10 @@ def install(config: dict, user_ns: dict | None = None, standby=None) -> dict:
 
     # Frames counted as their caller's: a ctypes call the submission makes through ctypes' own Python
     # wrappers (CDLL.__getattr__, cast, string_at...) is the submission's, like one it makes directly.
-    ctypes_files = tuple(getattr(sys.modules.get(m), "__file__", None) for m in ("ctypes", "ctypes._endian"))
+    # The same for TensorFlow's own wrappers that hand out frames (tf_inspect.currentframe/stack, tf_stack).
+    ctypes_files = tuple(getattr(sys.modules.get(m), "__file__", None)
+                         for m in ("ctypes", "ctypes._endian", "tensorflow.python.util.tf_inspect",
+                                   "tensorflow.python.util.tf_stack"))
     mediators = frozenset(f for f in (getattr(inspect, "__file__", None), getattr(traceback, "__file__", None),
                                       getattr(logging, "__file__", None), GUARD_FILENAME) + ctypes_files if f)
     roots = {os.path.dirname(os.__file__), sys.prefix, sys.base_prefix, sys.exec_prefix}
@@ -594,6 +597,8 @@ def install(config: dict, user_ns: dict | None = None, standby=None) -> dict:
         except _ValueError:
             f = None
         name = f.f_code.co_filename if f is not None else None
+        if _type(name) is not _str:  # a file name the submission shaped (a str subclass): never compared in here
+            return report("forged", event, f)
         if event == "gpucourse.helper" or event == "gpucourse.atexit":
             if name != guard_file:
                 return report("forged", event, f)
@@ -703,14 +708,19 @@ def install(config: dict, user_ns: dict | None = None, standby=None) -> dict:
             report("forged", "compiled code under the name of the grader's driver (other code, or a second time)",
                    caller() or _getframe(2))
             return None
-        if event == "exec" and _len(args) >= 1 and _type(args[0]) is _CodeType and args[0].co_filename in driver_files:
+        code_file = (args[0].co_filename if (event == "exec" or event == "function.__new__") and _len(args) >= 1
+                     and _type(args[0]) is _CodeType else None)
+        if code_file is not None and _type(code_file) is not _str:
+            # A str subclass as a code object's file name would run the submission's code in here (its __eq__,
+            # __hash__) the moment the guard compared it; it also claims to be what it is not.
+            return report("forged", "ran code whose file name is not a str", caller() or _getframe(2))
+        if event == "exec" and code_file in driver_files:
             if state["armed"] > 0:  # running the driver compiled just above
                 state["armed"] -= 1
                 return None
             return report("forged", "ran code under the name of the grader's driver", caller() or _getframe(2))
         if ((event == "code.__new__" and _len(args) >= 2 and _type(args[1]) is _str and args[1] in driver_files)
-                or (event == "function.__new__" and _len(args) >= 1 and _type(args[0]) is _CodeType
-                    and args[0].co_filename in driver_files)):
+                or (event == "function.__new__" and code_file in driver_files)):
             return report("forged", "made code under the name of the grader's driver", caller() or _getframe(2))
         if (event == "exec" or event == "compile") and _len(args) >= 1 and helper_files:
             # Every course module was imported before the submission ran, so running the code of one that
