@@ -69,3 +69,18 @@ def test_each_way_the_first_run_fails_has_its_message():
 def test_the_item_asks_the_grader_for_a_worker():
     workers = {spec.key: spec.worker for spec, _ in items_in(lab04)}
     assert workers == {"q1": False, "q2": False, "q3": False, "q4": False, "q5": True}
+
+
+def test_q3_names_the_replica_mean_even_when_its_loss_matches_by_chance():
+    """A mean of replica means can equal the global mean (here: identical examples); the weights then tell."""
+    gbs, x, y = 7, [[0.5, -0.25]] * 7, [[1.0]] * 7
+    case = {"gbs": gbs, "x": x, "y": y, "kernel": [[0.1], [0.2]], "bias": [0.0], "lr": 0.1}
+    loss, w, b, _ = lab04._sgd_linear(case["kernel"], case["bias"], [(x, y)], case["lr"])
+    seen = {"replicas": 4, "steps": [{"loss": loss[0], "weights": [(w * 0.5).tolist(), b.tolist()]}]}
+    with pytest.raises(Fail) as err:
+        lab04.q3.judge(case, seen)
+    assert "the loss is right" in str(err.value) and "divided by the replica count" in str(err.value)
+    seen["replicas"] = 1  # an even split: both means agree anyway, so the generic hint
+    with pytest.raises(Fail) as err:
+        lab04.q3.judge(case, seen)
+    assert "divided by the GLOBAL batch size" in str(err.value)

@@ -1,8 +1,9 @@
 # Code of the submission's inside the guard's hook: tempfile.tempdir (a plain value, unwatched) becomes a str
-# subclass, so q5's checkpoint folder is one too and goes into the standby's request; were the request written
-# with repr inside the hook, the subclass's __repr__ would run there, unseen, one frame below the request's case,
-# and q5 would pass without a checkpoint. The guard copies the request as exact plain data first: the subclass
-# never runs there, and the request is refused.
+# subclass whose __add__ keeps it one. q5's checkpoint folder is then one too, and so are the file names IPython
+# gives the next cells (they are made from the temporary folder). Inside the hook, where that thread's events are
+# ignored, the subclass's methods would run one frame below q5's case. The guard copies the request as exact
+# plain data and never compares a file name that is not an exact str: the cell compiled under such a name is
+# reported as tampering.
 import sys
 import tempfile
 import numpy as np
