@@ -183,21 +183,25 @@ def drag_a_slider(page, root) -> dict:
             continue
         status = ex.locator(".gpucourse-explorer-status").first
         track = ex.locator(".noUi-target, .ui-slider").first
-        handle.first.scroll_into_view_if_needed()
         before = status.inner_text()
-        h, t = handle.first.bounding_box(), track.bounding_box()
-        x, y = h["x"] + h["width"] / 2, h["y"] + h["height"] / 2
-        dx = 0.4 * t["width"] * (1 if x < t["x"] + t["width"] / 2 else -1)
-        page.mouse.move(x, y)
-        page.mouse.down()
-        page.mouse.move(x + dx / 2, y, steps=5)
-        page.mouse.move(x + dx, y, steps=5)
-        page.mouse.up()
-        try:
-            page.wait_for_function("([el, before]) => el.innerText !== before", arg=[status.element_handle(), before],
-                                   timeout=INTERACTION_TIMEOUT_S * 1000)
-        except Exception:  # noqa: BLE001 - reported as "did not change"
-            pass
+        # As a learner would, drag again if the first drag missed: on a loaded machine the page may still move
+        # (late images, outputs) between reading the handle's place and pressing the mouse there.
+        for _ in range(3):
+            handle.first.scroll_into_view_if_needed()
+            h, t = handle.first.bounding_box(), track.bounding_box()
+            x, y = h["x"] + h["width"] / 2, h["y"] + h["height"] / 2
+            dx = 0.4 * t["width"] * (1 if x < t["x"] + t["width"] / 2 else -1)
+            page.mouse.move(x, y)
+            page.mouse.down()
+            page.mouse.move(x + dx / 2, y, steps=5)
+            page.mouse.move(x + dx, y, steps=5)
+            page.mouse.up()
+            try:
+                page.wait_for_function("([el, before]) => el.innerText !== before",
+                                       arg=[status.element_handle(), before], timeout=INTERACTION_TIMEOUT_S * 1000 / 3)
+                break
+            except Exception:  # noqa: BLE001 - reported as "did not change" if no drag took
+                continue
         return {"how": f"dragged explorer {i}'s slider {dx:+.0f} px with the mouse", "before": before,
                 "after": status.inner_text()}
     return {}
