@@ -44,6 +44,11 @@ sys.audit("gpucourse.config", b"abc", holder)  # and never again
 sys.audit("gpucourse.phase", "begin", "")
 sys.audit("gpucourse.phase", "item", "public:q1")
 sys.audit("gpucourse.observed", "public:q1", holder[0].hex())
+class Sub(str):
+    pass
+asked = []
+sys.audit("gpucourse.worker", ([Sub("a str subclass")],), asked)  # never handed to the standby
+print("WORKER", *asked[0])
 sys.audit("gpucourse.phase", "end", "")
 """
 DRIVER_SHA256 = hashlib.sha256(DRIVER.encode()).hexdigest()
@@ -162,6 +167,7 @@ def test_guard_reports_each_attack_through_an_authenticated_channel(tmp_path):
     assert "'ctypes', 'ctypes.dlsym', '<module>:" in text
     assert "'forged', 'ran code whose file name is not a str', '<module>:" in text
     assert "SNEAKY CALLS []" in proc.stdout  # its __eq__/__hash__ never ran in the hook
+    assert "WORKER error the check's request for a worker was not plain data" in proc.stdout
     assert "guard-error" not in kinds
     observed = [r.detail for r in channel.records if r.kind == "observed"]
     assert tuple(observed[-1]) == ("public:q1", seal(channel.key, b"abc", hashlib.shake_256, int.from_bytes).hex())
