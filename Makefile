@@ -178,7 +178,7 @@ benchmark: env
 	$(PY) -m gpucourse.benchmark
 
 grade: env
-	$(PY) -m gpucourse.grading.cli $(SUBMISSION)
+	$(PY) -m gpucourse.grading.grader.cli $(SUBMISSION)
 
 clean:
 	rm -rf $(VENV) $(COLAB_VENV) $(GPU_VENV) .pytest_cache grading-output _build gpu-test-output

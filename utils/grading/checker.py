@@ -34,8 +34,8 @@ class Checker:
         if not isinstance(lab, str):
             raise TypeError(f"lab must be a string like '01', got {lab!r}")
         self.lab = lab.zfill(2)
-        lab_test_path(self.lab)  # a clear error for a lab that does not exist
-        # While the grader runs, the tests stay out of the kernel: the grader checks every item itself.
+        # While the grader runs, the tests are not in the kernel (its copy of the course has none): the grader
+        # checks every item itself.
         self._items = {} if _grading() else {
             spec.key: (spec, fn) for spec, fn in items_in(load_test_file(lab_test_path(self.lab)))}
         self.results: dict[str, ItemResult] = {}

@@ -24,13 +24,17 @@ beside the learner's::
 * ``cases(rng)`` runs where the learner's code cannot reach it (the grader's
   own process) with a ``random.Random`` the grader seeds; it returns a list of
   JSON-able cases.
-* ``observe(ns, case)`` runs in the learner's kernel. ``ns`` is a
-  :class:`Namespace` over the learner's notebook variables. It calls the
-  learner's code on one case and returns plain data (numbers, strings, lists,
-  dicts; NumPy arrays and tensors are converted by :func:`plain`). It never
-  decides pass or fail, except to raise :class:`Fail` when a name is missing
-  or not a function. Use :func:`outcome` to record an exception the learner's
-  code should raise.
+* ``observe(ns, case)`` runs on the trusted side too, in the grader's observer (or, for ``check()``, in the
+  learner's own kernel). ``ns`` is a :class:`Namespace` over the learner's notebook variables:
+  ``ns.function(name)(...)`` calls the learner's function with plain arguments and returns plain data
+  (NumPy arrays and tensors are converted by :func:`plain` where they were made). A function of the
+  check passed as an argument stays on the trusted side: the learner's code gets a stand-in that calls
+  back, so the check counts and times those calls where the learner's code cannot reach. What must
+  happen among live TensorFlow objects (a model, a dataset, a strategy) is a module-level function
+  marked :func:`in_kernel`, run there with ``ns.kernel(fn, *args)``: it returns plain data, which the
+  judge treats as the learner's word (it recomputes what it can). ``observe`` never decides pass or
+  fail, except to raise :class:`Fail` when a name is missing or not a function. Use :func:`outcome` to
+  record an exception the learner's code should raise.
 * ``judge(case, seen)`` runs on the trusted side again, with the case and the
   observation after a JSON round trip; it raises :class:`Fail` with a message
   addressed to the learner, or returns.
@@ -44,8 +48,8 @@ any other exception is reported with where it happened. Points are all or
 nothing per item.
 
 An item may still be written as a single function ``fn(ns)`` that calls the
-learner's code and judges in one go (an *inline* item). Inline items run
-entirely inside the learner's kernel, so the grader trusts them less; the
+learner's code and judges in one go (an *inline* item, an instructor's older
+hidden test). The grader runs it in its observer like ``observe``; the
 course's own labs use split items only.
 
 Every learner-facing text goes through :func:`tr`, a gettext-style lookup in the message
@@ -53,8 +57,7 @@ catalogue ``grading/locale/<lang>.po`` (msgid: the English text with ``{name}`` 
 :func:`language` of the notebook: ``GPUCOURSE_LANG`` (``zh_CN``), else Chinese when the notebook is
 in a ``zh-CN`` folder. Messages only: statuses and points never depend on the language.
 
-This module uses the standard library only, so the grader can load a fresh
-copy of it by file path, out of reach of anything a submission patched.
+This module uses the standard library only (and :mod:`.protocol`, which does too).
 """
 
 from __future__ import annotations
@@ -72,13 +75,17 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Mapping
 
-__all__ = ["Fail", "ItemResult", "ItemTimeout", "ItemSpec", "Namespace", "NotDefined", "Observed", "counted",
-           "expect_raised", "expect_raises", "is_split", "isolated", "item", "items_in", "judge_item", "lab_ids",
-           "lab_test_path", "load_test_file", "language", "load_test_source", "make_cases", "observe_item", "outcome",
-           "plain", "round_trip", "run_item", "score_table", "tr"]
+from .protocol import plain
+
+__all__ = ["Fail", "ItemResult", "ItemTimeout", "ItemSpec", "KernelLost", "Namespace", "NotDefined", "Observed",
+           "ProcessKilled",
+           "RaisedInKernel", "expect_raised", "expect_raises", "in_kernel", "is_kernel_function", "is_split", "item",
+           "items_in", "judge_item", "lab_ids", "lab_test_path", "load_test_file", "language", "load_test_source",
+           "make_cases", "observe_item", "outcome", "plain", "round_trip", "run_item", "score_table", "tr"]
 
 LABTESTS_DIR = Path(__file__).resolve().parent.parent / "labtests"
 _MARK = "__gpucourse_item__"
+_KERNEL_MARK = "__gpucourse_in_kernel__"
 #: The message catalogues: ``zh_CN.po`` translates the English messages (gettext PO, msgid -> msgstr).
 LOCALE_DIR = Path(__file__).resolve().parent / "locale"
 _CATALOGUES: dict = {}
@@ -175,20 +182,26 @@ class ItemTimeout(BaseException):
     """Raised inside a running item when its time is up (BaseException: ``except Exception`` won't catch it)."""
 
 
+class KernelLost(BaseException):
+    """The grader lost the graded kernel while an item ran (it died, or did not stop when interrupted).
+
+    Not the learner's exception: it passes through ``observe`` to the grader, which starts the kernel again.
+    """
+
+
+class ProcessKilled(KernelLost):
+    """A check killed the process it was running, on purpose (``ns.fresh_process().kill()``)."""
+
+
 @dataclass(frozen=True)
 class ItemSpec:
     key: str
     points: int
     title: str
-    worker: bool = False  # its observe starts worker processes (ns.worker): the grader then starts a standby
 
 
-def item(key: str, points: int = 1, title: str = "", worker: bool = False):
-    """Mark ``key`` worth ``points``: a class with ``cases``/``observe``/``judge``, or an inline ``fn(ns)``.
-
-    ``worker=True``: the item's ``observe`` runs part of its work in a fresh process (``ns.worker``, see
-    :mod:`.kernel_standby`), which the grader then provides; ``ns.worker`` is None in ``check()``.
-    """
+def item(key: str, points: int = 1, title: str = ""):
+    """Mark ``key`` worth ``points``: a class with ``cases``/``observe``/``judge``, or an inline ``fn(ns)``."""
     if not isinstance(key, str) or not key.isidentifier():
         raise ValueError(f"item key must be a short identifier like 'q1', got {key!r}")
     if isinstance(points, bool) or not isinstance(points, int) or points < 1:
@@ -201,7 +214,7 @@ def item(key: str, points: int = 1, title: str = "", worker: bool = False):
                 raise TypeError(f"item {key!r}: the class {obj.__name__} needs the functions cases(rng), "
                                 f"observe(ns, case) and judge(case, seen); it lacks {', '.join(missing)}")
         doc = (obj.__doc__ or "").strip().splitlines()
-        setattr(obj, _MARK, ItemSpec(key, points, title or (doc[0] if doc else key), bool(worker)))
+        setattr(obj, _MARK, ItemSpec(key, points, title or (doc[0] if doc else key)))
         return obj
 
     return mark
@@ -212,43 +225,40 @@ def is_split(obj) -> bool:
     return isinstance(obj, type)
 
 
-# ------------------------------------------------------------------ transport
+def in_kernel(fn: Callable) -> Callable:
+    """Mark a module-level function of a test file as one that runs in the learner's kernel.
 
-
-def plain(value, _depth: int = 0):
-    """``value`` as JSON-able data: NumPy arrays and tensors become lists, tuples lists, keys strings.
-
-    Anything else becomes ``{"__type__": name, "repr": short repr}``, so a judge can say what the
-    learner returned instead of the check crashing on it.
+    ``ns.kernel(fn, *args)`` calls ``fn(learner_ns, *args)`` there (in ``check()``: here) and returns what it
+    returns, as plain data. Only such functions, and what they use, are sent to the graded kernel; what
+    they report is the learner's word, which a judge checks against what it computes itself.
     """
-    if _depth > 50:
-        return {"__type__": "deeply nested", "repr": "..."}
-    if value is None or isinstance(value, bool):
-        return value
-    if isinstance(value, str):  # an exact str (a subclass, e.g. numpy.str_, could carry its own methods)
-        return value if type(value) is str else "".join([value])
-    if isinstance(value, int):
-        return int(value)
-    if isinstance(value, float):
-        return float(value)
-    if isinstance(value, (list, tuple)):
-        return [plain(v, _depth + 1) for v in value]
-    if isinstance(value, dict):
-        return {str(k): plain(v, _depth + 1) for k, v in value.items()}
-    kind = type(value)
-    mod = getattr(kind, "__module__", "") or ""
-    if mod.startswith("numpy") and hasattr(value, "tolist"):  # NumPy scalar or array
-        return plain(value.tolist(), _depth + 1)
-    if hasattr(value, "numpy") and callable(value.numpy) and mod.startswith(("tensorflow", "keras")):
-        try:
-            return plain(value.numpy(), _depth + 1)
-        except Exception:  # a symbolic tensor, a variable on a lost device...
-            pass
-    try:
-        text = repr(value)
-    except Exception:
-        text = "<unprintable>"
-    return {"__type__": f"{mod}.{kind.__qualname__}".lstrip("."), "repr": text[:300]}
+    if not callable(fn) or getattr(fn, "__qualname__", "").count(".") or fn.__name__ == "<lambda>":
+        raise TypeError(f"in_kernel marks a module-level function of a test file, got {fn!r}")
+    setattr(fn, _KERNEL_MARK, True)
+    return fn
+
+
+def is_kernel_function(fn) -> bool:
+    """True for a function marked :func:`in_kernel`."""
+    return bool(getattr(fn, _KERNEL_MARK, False))
+
+
+class RaisedInKernel(Exception):
+    """What the learner's code raised in the graded kernel, as the agent described it (plain data)."""
+
+    def __init__(self, spec: dict):
+        self.spec = spec if isinstance(spec, dict) else {}
+        self.type_name = str(self.spec.get("type", "Exception"))
+        self.mro = [str(c) for c in self.spec.get("mro") or [self.type_name]]
+        self.where = self.spec.get("where") if isinstance(self.spec.get("where"), dict) else None
+        super().__init__(str(self.spec.get("message", "")))
+
+
+class RaisedNotImplementedInKernel(RaisedInKernel, NotImplementedError):
+    """The learner's code raised NotImplementedError in the graded kernel: not attempted yet."""
+
+
+# ------------------------------------------------------------------ transport
 
 
 def round_trip(value):
@@ -265,6 +275,10 @@ def outcome(call: Callable[[], object]) -> dict:
         return {"value": plain(call())}
     except NotImplementedError:
         raise
+    except RaisedInKernel as exc:
+        if "Exception" not in exc.mro:  # KeyboardInterrupt, SystemExit...: not an answer, an error of the item
+            raise
+        return {"raised": exc.type_name, "message": str(exc)[:300], "raised_mro": exc.mro}
     except Exception as exc:
         return {"raised": type(exc).__name__, "message": str(exc)[:300],
                 "raised_mro": [c.__name__ for c in type(exc).__mro__]}
@@ -287,56 +301,23 @@ def _short(value, limit: int = 200) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-def isolated(source: str, **names):
-    """A function made from ``source`` (a lambda) whose globals are only ``names``: a function a check hands
-    to the learner's code must not lead, through ``__globals__``, to the check's own module (its helpers and
-    measurements), which the learner's code could rewrite."""
-    import builtins
-
-    return eval(source, {"__builtins__": builtins, **names})  # noqa: S307 (the check's own constant source)
-
-
-def _tally(fn):
-    n, reply = 0, None
-    while True:
-        request = yield reply
-        if request is None:
-            reply = n
-            continue
-        n += 1
-        try:
-            reply = (True, fn(*request[0], **request[1]))
-        except BaseException as exc:  # noqa: BLE001 (handed back to the caller, raised there)
-            reply = (False, exc)
-
-
-_CALL = "lambda *a, **k: _done(_send((a, k)))"
-_DONE = "lambda r: r[1] if r[0] else _throw(r[1])"
-
-
-def counted(fn):
-    """``(call, calls)``: ``call(...)`` runs ``fn(...)``; ``calls()`` says how often, counted where the learner's
-    code cannot reach it (an int in a generator's frame: reading ``gi_frame`` is reported by the guard), so
-    trimming a log through ``__closure__`` or ``__globals__`` of ``call`` cannot hide a call. Replacing what
-    ``call`` refers to gains nothing either: every result still comes from the counting generator."""
-    gen = _tally(fn)
-    next(gen)
-    done = isolated(_DONE, _throw=isolated("lambda e: (_ for _ in ()).throw(e)"))
-    return isolated(_CALL, _send=gen.send, _done=done), lambda: gen.send(None)
-
-
 class NotDefined(NotImplementedError):
     """The learner has not run (or written) the cell that defines a name yet: the item is not attempted."""
 
 
 class Namespace:
-    """Read-only view of the learner's notebook variables, with learner-facing errors."""
+    """Read-only view of the learner's notebook variables, with learner-facing errors (in the learner's kernel).
 
-    def __init__(self, mapping: Mapping[str, object], worker: Callable | None = None):
+    The grader's observer uses a stand-in with the same methods over the graded kernel
+    (:class:`gpucourse.grading.grader.observer.RemoteNamespace`).
+    """
+
+    #: ``fresh_process()`` (grader only, else None): a context manager with a namespace over a new process that
+    #: ran the submission's cells again, which the check may kill (``.kill()``), as a real failure would.
+    fresh_process = None
+
+    def __init__(self, mapping: Mapping[str, object]):
         self._ns = dict(mapping)
-        #: ``worker(entry, args, stop_at, timeout_s)`` runs the test's function ``entry`` in a fresh process after the
-        #: submission's cells (:mod:`.kernel_standby`); only while the grader runs, else None.
-        self.worker = worker
 
     def __contains__(self, name: str) -> bool:
         return name in self._ns
@@ -354,6 +335,12 @@ class Namespace:
         if not callable(obj):
             raise Fail(tr("`{name}` should be a function, but it is a {kind}.", name=name, kind=type(obj).__name__))
         return obj
+
+    def kernel(self, fn: Callable, *args, **kwargs):
+        """``fn(self, *args, **kwargs)`` for a function marked :func:`in_kernel`, as plain data."""
+        if not is_kernel_function(fn):
+            raise TypeError(f"ns.kernel runs a function marked @in_kernel, got {fn!r}")
+        return plain(fn(self, *args, **kwargs))
 
 
 @dataclass
@@ -395,6 +382,13 @@ def _learner_frame(exc: BaseException, test_file: str | None):
 
 def _error_message(exc: BaseException, test_file: str | None) -> str:
     """'Your code raised ...' when the learner's code raised; a neutral message when the check did."""
+    if isinstance(exc, RaisedInKernel):
+        what, where = f"{exc.type_name}: {exc}", exc.where or {}
+        if not where.get("function"):
+            return tr("Your code raised {what}{where}", what=what, where="")
+        where = (tr(" (in `{function}`, line: {line})", function=where["function"], line=where["line"])
+                 if where.get("line") else tr(" (in `{function}`)", function=where["function"]))
+        return tr("Your code raised {what}{where}", what=what, where=where)
     what = f"{type(exc).__name__}: {exc}"
     f = _learner_frame(exc, test_file)
     if f is None:
@@ -459,10 +453,10 @@ def _classify(call: Callable[[], object], test_file: str | None, timeout_s,
     try:
         with _Alarm(timeout_s):
             return "ok", call()
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, KernelLost):
         raise
-    except ItemTimeout:
-        return "error", _timeout_message(timeout_s)
+    except ItemTimeout as exc:
+        return "error", str(exc) if str(exc) else _timeout_message(timeout_s)
     except NotDefined as exc:
         return "todo", str(exc)
     except NotImplementedError:
@@ -498,7 +492,7 @@ def observe_item(obj, ns: "Namespace | Mapping", cases: list, timeout_s: float |
 
     The whole item shares one time limit. Stops at the first case the learner's code cannot get through.
     """
-    if not isinstance(ns, Namespace):
+    if not hasattr(ns, "function"):  # a plain mapping (the grader passes its RemoteNamespace)
         ns = Namespace(ns)
     test_file = getattr(getattr(obj.observe, "__code__", None), "co_filename", None)
     seen: list = []
@@ -544,7 +538,7 @@ def run_item(spec: ItemSpec, fn: Callable, ns: Namespace | Mapping,
     the grader. With ``timeout_s`` (and SIGALRM available) learner code that runs longer is
     stopped and reported as an error, so an endless loop cannot hang ``check()``.
     """
-    if not isinstance(ns, Namespace):
+    if not hasattr(ns, "function"):  # a plain mapping (the grader passes its RemoteNamespace)
         ns = Namespace(ns)
     if is_split(fn):
         try:

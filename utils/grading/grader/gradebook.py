@@ -28,7 +28,7 @@ import json
 from pathlib import Path
 
 from .report import GradeReport
-from .seal import seal
+from .manifest import seal
 
 __all__ = ["CANVAS_IDENTITY", "canvas_csv", "read_gradebook", "write_canvas", "write_gradebook"]
 

@@ -45,6 +45,7 @@ class GradeReport:
     learner: str | None = None
     timings: dict = field(default_factory=dict)  # seconds per stage (kernel start, guard, submission, checks, judging)
     isolation: str = ""  # how the kernel was isolated: "bubblewrap: ...", "user: ...", "none: ..." (see .sandbox)
+    mode: str = ""  # "summative": a mark to upload; "practice": the kernel was not isolated enough (see .runner)
 
     @classmethod
     def from_dict(cls, d: dict) -> "GradeReport":

@@ -3,10 +3,13 @@
 :func:`choose` picks the strongest isolation this machine offers, once per process (``probe``):
 
 * ``bubblewrap``: the kernel runs under ``bwrap`` (Debian's ``bubblewrap``) in new user, PID, IPC,
-  UTS and mount namespaces with every capability dropped: the machine is mounted read-only, ``/tmp``
-  is a fresh empty tmpfs, the only writable folder the kernel shares with the grader is its own
-  scratch folder, and the lab tests (``utils/labtests/lab*.py``), the hidden test files, the
-  grader's output folder and its grading key are mounted over with empty stand-ins. ``/proc`` shows
+  UTS, network and mount namespaces with every capability dropped. It sees an allow-list
+  (:func:`_bwrap_args`): the system's programs and libraries, the Python installation and the
+  environment's packages, read-only; the generated copy of the course package (without its tests,
+  its answer-bearing helpers disabled: :mod:`.course_copy`) mounted where the package lives; a fresh
+  empty ``/tmp``; and its own scratch folder, the only writable one, which holds the grader's socket.
+  No other checkout, home folder, output folder, hidden test or grading key exists for it, and it has
+  no network (it talks to Jupyter and the grader over Unix sockets). ``/proc`` shows
   only the sandbox's own processes, so the grader's command line, working folder and open files
   cannot be read. When the grader runs as root, ``setpriv`` (util-linux) first drops to a
   dedicated uid that owns nothing else on the machine (a fresh one per kernel).
@@ -21,6 +24,8 @@
   process tree), and every process whose environment carries the run's token is killed too.
   The gradebook's ``isolation`` column says so.
 
+At every level the kernel's launcher also installs a seccomp filter (:mod:`.seccomp`). Only
+``bubblewrap`` (or a per-submission container, see :mod:`.runner`) makes a mark *summative*.
 ``GPUCOURSE_SANDBOX=none|user|bubblewrap`` asks for at most that level (tests use it to simulate a
 machine without isolation). :func:`sweep` kills everything of one run and says what the
 submission had left running; the grader writes results only after it returned.
@@ -38,7 +43,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["LEVELS", "TOKEN_ENV", "Sandbox", "choose", "probe", "started", "sweep"]
+__all__ = ["LEVELS", "SYSTEM", "TOKEN_ENV", "Sandbox", "choose", "package_folder", "probe", "started", "sweep"]
 
 LEVELS = ("none", "user", "bubblewrap")
 TOKEN_ENV = "GPUCOURSE_RUN_TOKEN"
@@ -46,7 +51,6 @@ TOKEN_ENV = "GPUCOURSE_RUN_TOKEN"
 UID_BASE, UID_SPAN = 3_900_000, 100_000
 _PROBED: dict[tuple, str] = {}
 _STUBS: Path | None = None
-_LABTESTS = Path(__file__).resolve().parent.parent / "labtests"
 
 
 @dataclass
@@ -59,6 +63,7 @@ class Sandbox:
     uid: int | None = None
     prefix: list = field(default_factory=list)
     started: float = field(default_factory=lambda: _now())  # on psutil's clock of process start times
+    allow_list: bool = False  # the kernel sees only what it needs (bubblewrap's mounts): see _bwrap_args
 
     def describe(self) -> str:
         return f"{self.level}: {self.note}"
@@ -72,54 +77,69 @@ def _now() -> float:
     return psutil.boot_time() + time.clock_gettime(time.CLOCK_BOOTTIME) - 0.05
 
 
-def _bwrap_args(workdir: Path, reach=(), hide=(), uid: int | None = None) -> list[str]:
-    """bwrap's options: read-only machine, fresh /tmp, the scratch folder writable, ``hide`` covered.
+#: System folders a kernel needs (read-only): programs, libraries, configuration, fonts, the CPU's description.
+SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/sys")
 
-    As root (``uid`` given) bwrap itself sets up the namespaces (it can then mount a Python
-    installed where the dedicated user cannot look), keeps only the two capabilities ``setpriv``
+
+def _bwrap_args(workdir: Path, course: tuple | None = None, hide=(), uid: int | None = None) -> list[str]:
+    """bwrap's options: an allow-list of what the kernel sees, no network, the course copy over the course.
+
+    The kernel sees the system folders (:data:`SYSTEM`), the Python installation and the environment's
+    packages (read-only), ``course`` = ``(copy, package folder)``: the generated copy of the course package
+    mounted where the package lives, and its own scratch folder ``workdir`` (writable); a fresh ``/tmp``,
+    ``/dev`` and its own ``/proc``. Nothing else exists for it: no other checkout, home folder, output
+    folder, hidden test or grading key. ``hide`` covers anything inside those that it still must not read.
+
+    As root (``uid`` given) bwrap itself sets up the namespaces, keeps only the two capabilities ``setpriv``
     needs to become ``uid``, and setpriv drops them with root; otherwise bwrap makes a user namespace.
     """
     args = ["bwrap"] + ([] if uid is not None else ["--unshare-user"])
-    args += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent",
-             "--new-session", "--cap-drop", "ALL"]
+    args += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net", "--unshare-cgroup-try",
+             "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
     if uid is not None:
         args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
-    args += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--perms", "1777", "--tmpfs", "/dev/shm"]
-    needed = _needed()
-    tmp_free = not any(_under(p, Path("/tmp")) for p in needed)
-    if tmp_free:
-        args += ["--perms", "1777", "--tmpfs", "/tmp"]
-    args += _expose(needed)
-    for p in [workdir, *reach]:
-        args += ["--bind", str(p), str(p)]
+    for folder in SYSTEM:
+        if Path(folder).exists():
+            args += ["--ro-bind", folder, folder] if not Path(folder).is_symlink() else \
+                ["--symlink", os.readlink(folder), folder]
+    args += ["--dev", "/dev", "--proc", "/proc", "--perms", "1777", "--tmpfs", "/tmp",
+             "--perms", "1777", "--tmpfs", "/dev/shm"]
+    needed = [p for p in _needed() if not any(_under(p, Path(f)) for f in SYSTEM)]
+    made: set = set()
+    args += _expose(needed, made)
+    if course is not None:
+        copy, target = course
+        args += _folders_above(Path(target), made) + ["--ro-bind", str(copy), str(target)]
+    args += _folders_above(Path(workdir), made) + ["--bind", str(workdir), str(workdir)]
     stubs = _stub_dir()
-    for p in sorted(_LABTESTS.glob("lab*.py")):
-        args += ["--ro-bind", str(stubs / "test.py"), str(p)]
     for p in hide:
         p = Path(p)
-        if not p.exists() or (tmp_free and _under(p, Path("/tmp"))):
-            continue
-        if p.is_dir() and any(_under(n, p) for n in needed):
-            continue  # e.g. --out . in the course's own folder: it stays visible, read-only like the rest
-        args += ["--ro-bind", str(stubs / ("empty" if p.is_dir() else "test.py")), str(p)]
+        if p.exists() and any(_under(p, n) for n in needed):
+            args += ["--ro-bind", str(stubs / ("empty" if p.is_dir() else "test.py")), str(p)]
     # the kernel's parent is the sandbox's init (pid 1): ipykernel must not take that for its parent's death
     # (--die-with-parent ends the sandbox when the grader goes)
     return args + ["--setenv", "JPY_PARENT_PID", "1", "--chdir", str(workdir), "--"] + (_setpriv(uid) if uid is not None else [])
 
 
 def _needed() -> list[Path]:
-    """What the kernel must read: the interpreter's installation, the virtual environment, the course."""
+    """What the kernel must read besides the system: the interpreter's installation and the environment."""
     exe = Path(os.path.realpath(sys.executable))
-    return [Path(os.path.realpath(p)) for p in (sys.base_prefix, sys.prefix, exe.parent.parent, _LABTESTS.parent.parent)]
+    found = []
+    for p in (sys.base_prefix, sys.prefix, exe.parent.parent):
+        p = Path(os.path.realpath(p))
+        if p not in found:
+            found.append(p)
+    return found
 
 
-def _expose(paths) -> list[str]:
-    """Mount options that make ``paths`` reachable when a folder above one is closed to others.
+def _expose(paths, made: set | None = None) -> list[str]:
+    """Mount options that make ``paths`` readable in the sandbox, and nothing beside them.
 
-    (A Python installed under ``/root``, mode 0700: the folder that other users cannot enter is
-    replaced by an empty tmpfs, and only ``paths`` are mounted back into it, read-only.)
+    Each is mounted read-only, with the folders above it made (mode 0755: bwrap's own would be 0700, closed
+    to the kernel's user). A folder above one that other users cannot enter on the machine (a Python
+    installed under ``/root``, mode 0700) is replaced by an empty tmpfs first. ``made``: folders already made.
     """
-    out, covered = [], []
+    out, covered, made = [], [], set() if made is None else made
     for p in paths:
         for a in reversed(p.parents):
             if a == Path("/") or any(_under(a, c) for c in covered):
@@ -128,20 +148,24 @@ def _expose(paths) -> list[str]:
                 closed = not os.stat(a).st_mode & 0o001
             except OSError:
                 closed = False
-            if closed:
+            if closed and a not in made:
                 covered.append(a)
-                out += ["--tmpfs", str(a)]
-                break
-    made = set()
-    for p in paths:
-        top = next((c for c in covered if _under(p, c)), None)
-        if top is None:
-            continue
-        for a in reversed(p.parents):  # bwrap would make the folders between them closed (0700)
-            if _under(a, top) and a != top and a not in made:
                 made.add(a)
-                out += ["--perms", "0755", "--dir", str(a)]
-        out += ["--ro-bind", str(p), str(p)]
+                out += ["--perms", "0755", "--tmpfs", str(a)]
+                break
+    for p in paths:
+        out += _folders_above(p, made) + ["--ro-bind", str(p), str(p)]
+    return out
+
+
+def _folders_above(p: Path, made: set) -> list[str]:
+    """``--dir`` options (mode 0755) for the folders above ``p`` that the sandbox does not have yet."""
+    out = []
+    for a in reversed(Path(p).parents):
+        if a == Path("/") or a in made or any(_under(a, Path(f)) or Path(f) == a for f in SYSTEM + ("/tmp",)):
+            continue
+        made.add(a)
+        out += ["--perms", "0755", "--dir", str(a)]
     return out
 
 
@@ -208,7 +232,8 @@ def probe(level: str) -> str:
             if uid is not None:
                 os.chown(work, uid, 0)
                 os.chmod(work, 0o770)
-            cmd = _bwrap_args(work, uid=uid) if level == "bubblewrap" else _setpriv(uid)
+            package = package_folder()
+            cmd = (_bwrap_args(work, (package, package), uid=uid) if level == "bubblewrap" else _setpriv(uid))
             same = f"import sys; assert sys.version == {sys.version!r} and sys.base_prefix == {sys.base_prefix!r}"
             found = "import importlib.util as u; assert u.find_spec('ipykernel') and u.find_spec('gpucourse.grading')"
             cmd += [sys.executable, "-c", f"{same}; {found}; open('ok', 'w')"]
@@ -224,11 +249,20 @@ def probe(level: str) -> str:
     return why
 
 
-def choose(workdir: Path, reach=(), hide=()) -> Sandbox:
+def package_folder() -> Path:
+    """Where the course package (``gpucourse``) is imported from in this environment."""
+    import gpucourse
+
+    return Path(gpucourse.__file__).resolve().parent
+
+
+def choose(workdir: Path, course: Path | None = None, hide=()) -> Sandbox:
     """The strongest sandbox available for a kernel working in ``workdir`` (see the module docstring).
 
-    ``reach`` are other folders the kernel must write (the guard's socket folder); ``hide`` are
-    files and folders it must not see (hidden tests, the output folder, the grading key).
+    ``course``: the generated copy of the course package the kernel imports instead of the real one
+    (:mod:`.course_copy`): mounted over the package in bubblewrap, first on ``PYTHONPATH`` otherwise (then
+    the real package stays readable). ``hide``: files and folders it must not see, where they would
+    otherwise be visible (hidden tests, the output folder, the grading key).
     """
     want = os.environ.get("GPUCOURSE_SANDBOX", "bubblewrap").strip().lower() or "bubblewrap"
     if want not in LEVELS:
@@ -250,15 +284,16 @@ def choose(workdir: Path, reach=(), hide=()) -> Sandbox:
         box = Sandbox(level, "")
         if root:
             box.uid = _free_uid()
-            for p in [workdir, *reach]:  # the user's; root's group lets bwrap (caps dropped) enter it
-                for q in [Path(p), *Path(p).iterdir()]:
-                    os.chown(q, box.uid, 0)
-                os.chmod(p, 0o770)
+            for q in [Path(workdir), *Path(workdir).iterdir()]:  # the user's; root's group lets bwrap enter it
+                os.chown(q, box.uid, 0)
+            os.chmod(workdir, 0o770)
         if level == "bubblewrap":
-            box.prefix = _bwrap_args(Path(workdir), reach, hide, box.uid)
-            box.note = (("PID, IPC, UTS and mount namespaces, a dedicated uid" if root else
-                         "user, PID, IPC, UTS and mount namespaces, as the grader's user") +
-                        ", read-only machine, tests and output hidden")
+            box.prefix = _bwrap_args(Path(workdir), (course / "gpucourse", package_folder()) if course else None,
+                                     hide, box.uid)
+            box.note = (("PID, IPC, UTS, network and mount namespaces, a dedicated uid" if root else
+                         "user, PID, IPC, UTS, network and mount namespaces, as the grader's user") +
+                        ", only the Python installation, the environment and the course copy visible")
+            box.allow_list = True
         else:
             box.prefix = _setpriv(box.uid)
             _become_subreaper()
@@ -324,13 +359,14 @@ def _find(box: Sandbox, kernel_pid: int | None) -> dict:
 
 
 def _kernel_chain(proc) -> bool:
-    """The kernel itself and the sandbox's own processes (bwrap, setpriv)."""
+    """The kernel itself (started through the grader's launcher) and the sandbox's own processes (bwrap, setpriv)."""
     try:
         cmd = proc.cmdline()
     except Exception:  # noqa: BLE001
         return True
     text = " ".join(cmd)
-    return "ipykernel_launcher" in text or (bool(cmd) and Path(cmd[0]).name in ("bwrap", "setpriv"))
+    return ("ipykernel_launcher" in text or "gpucourse_launch.py" in text
+            or (bool(cmd) and Path(cmd[0]).name in ("bwrap", "setpriv")))
 
 
 def sweep(box: Sandbox, kernel_pid: int | None, pgid: int | None = None, wait_s: float = 5.0) -> tuple[list, list]:

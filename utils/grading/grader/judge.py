@@ -10,9 +10,9 @@ Everything here runs in the grader's own process, out of the submission's reach:
 * :func:`judge` turns an observation into a verdict with the grader's copy of the item;
 * :func:`warm_up` imports TensorFlow in a background thread, while the kernel runs, when a judge
   (or what it calls) imports it;
-* :func:`kernel_source` is the part of a test file the kernel needs: split items keep ``observe``
-  and what it uses, but lose ``cases`` and ``judge`` and every helper only those use, so a test's
-  reference code never enters the submission's kernel (not even in the notebook's input history).
+* :func:`kernel_source` is the part of a test file the kernel needs: its ``@in_kernel`` functions and
+  what they use. Items (``cases``, ``observe``, ``judge``) and every helper only they use are left out,
+  so a test's reference code never enters the submission's kernel.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ import secrets
 import threading
 from dataclasses import dataclass, field
 
-from .integrity import parse_python
-from .items import ItemResult, ItemSpec, is_split, items_in, judge_item, load_test_source, make_cases
+from ..items import ItemResult, ItemSpec, is_split, items_in, judge_item, load_test_source, make_cases
+from .flags import parse_python
 
 __all__ = ["PlanEntry", "judge", "kernel_source", "load_tests", "make_plan", "needs_tensorflow", "warm_up"]
 
@@ -65,9 +65,6 @@ class PlanEntry:
     @property
     def name(self) -> str:
         return f"{self.source}:{self.key}"
-
-    def to_kernel(self) -> dict:
-        return {"source": self.source, "key": self.key, "split": self.split, "cases": self.cases}
 
 
 def make_plan(loaded: list[tuple[str, str, object]], seed: int | None = None) -> tuple[list[PlanEntry], list[str]]:
@@ -136,7 +133,7 @@ def _imports_tf(node) -> bool:
 
 @functools.lru_cache(maxsize=64)
 def needs_tensorflow(text: str) -> bool:
-    """True if the test file's ``cases``/``judge`` (or module code they call) import TensorFlow or Keras."""
+    """True if the test file's ``cases``/``observe``/``judge`` (or module code they call) import TensorFlow or Keras."""
     try:
         tree = parse_python(text)
     except (SyntaxError, SystemError):  # SystemError: see parse_python
@@ -146,7 +143,7 @@ def needs_tensorflow(text: str) -> bool:
     funcs = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
     todo = []
     for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
-        todo += [f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name in ("cases", "judge")]
+        todo += [f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name in ("cases", "observe", "judge")]
     seen = set()
     while todo:
         fn = todo.pop()
@@ -178,48 +175,24 @@ def warm_up(texts: list[str]) -> threading.Thread | None:
     return _WARM["thread"]
 
 
-_GRADER_ONLY = ("cases", "judge")
-_STUB = "raise NotImplementedError('runs in the grader, not in the kernel')"
-
-
-def _is_item_class(node) -> bool:
-    if not isinstance(node, ast.ClassDef):
-        return False
-    names = {f.name for f in node.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}
-    return {"cases", "observe", "judge"} <= names
-
-
-def _names(node) -> set[str]:
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+def _is_kernel_function(node) -> bool:
+    return isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
+        getattr(d, "id", getattr(d, "attr", "")) == "in_kernel" for d in node.decorator_list)
 
 
 @functools.lru_cache(maxsize=64)
 def kernel_source(text: str) -> str:
-    """``text`` without what only the grader runs, with every kept line at its old line number.
+    """``text`` with only what the kernel runs, every kept line at its old line number.
 
-    The bodies of ``cases``/``judge`` of split items become a one-line stub, and module-level
-    functions, classes and assignments that nothing kept uses become blank lines. Imports, inline
-    items (plain ``fn(ns)``, judged in the kernel) and everything ``observe`` reaches stay. A file
-    that does not parse is returned as it is (the kernel reports the error).
+    Kept: imports, the module's other statements that are not definitions (constants), the functions
+    marked ``@in_kernel`` and every module-level function, class or constant they use. Everything else
+    (the items, the judges' helpers) becomes blank lines. A file that does not parse is returned as it is
+    (the kernel reports the error when it loads it).
     """
     try:
         tree = parse_python(text)
     except (SyntaxError, SystemError):  # SystemError: see parse_python
         return text
-    lines = text.splitlines()
-    blank: set[int] = set()  # 0-based line numbers to empty
-    stubs: dict[int, str] = {}  # 0-based line -> replacement
-    for node in tree.body:
-        if not _is_item_class(node):
-            continue
-        for fn in node.body:
-            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and fn.name in _GRADER_ONLY:
-                first, last = fn.body[0].lineno - 1, fn.end_lineno - 1
-                indent = lines[first][: len(lines[first]) - len(lines[first].lstrip())]
-                if fn.body[0].lineno == fn.lineno:  # a one-line `def judge(case, seen): ...`
-                    return text
-                blank |= set(range(first, last + 1))
-                stubs[first] = indent + _STUB
     defined = {}
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -228,31 +201,12 @@ def kernel_source(text: str) -> str:
             for t in node.targets if isinstance(node, ast.Assign) else [node.target]:
                 if isinstance(t, ast.Name):
                     defined[t.id] = node
-    grader_only = {id(fn) for n in tree.body if _is_item_class(n) for fn in n.body
-                   if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and fn.name in _GRADER_ONLY}
-
-    def used(node) -> set[str]:
-        todo, out = [node], set()
-        while todo:
-            sub = todo.pop()
-            if id(sub) in grader_only:
-                continue
-            if isinstance(sub, ast.Name):
-                out.add(sub.id)
-            todo += list(ast.iter_child_nodes(sub))
-        return out
-
-    def is_inline(n) -> bool:
-        return isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
-            isinstance(d, ast.Call) and getattr(d.func, "id", getattr(d.func, "attr", "")) == "item"
-            for d in n.decorator_list)
 
     def is_root(n) -> bool:
-        if _is_item_class(n) or is_inline(n):
+        if _is_kernel_function(n):
             return True
-        if isinstance(n, (ast.Assign, ast.AnnAssign)):
-            targets = n.targets if isinstance(n, ast.Assign) else [n.target]
-            return any(not isinstance(t, ast.Name) or t.id in ("__all__", "ANSWER_HELPERS") for t in targets)
+        if isinstance(n, (ast.Assign, ast.AnnAssign)):  # a constant a kernel function may use is reached below
+            return False
         return not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
 
     keep, todo = set(), [n for n in tree.body if is_root(n)]
@@ -261,10 +215,11 @@ def kernel_source(text: str) -> str:
         if id(node) in keep:
             continue
         keep.add(id(node))
-        todo += [defined[name] for name in used(node) if name in defined]
+        todo += [defined[sub.id] for sub in ast.walk(node) if isinstance(sub, ast.Name) and sub.id in defined]
+    lines = text.splitlines()
+    blank: set[int] = set()
     for node in tree.body:
         if id(node) not in keep:
             first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])]) - 1
             blank |= set(range(first, node.end_lineno))
-    out = [stubs.get(i, "" if i in blank else line) for i, line in enumerate(lines)]
-    return "\n".join(out) + "\n"
+    return "\n".join("" if i in blank else line for i, line in enumerate(lines)) + "\n"

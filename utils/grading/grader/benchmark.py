@@ -1,4 +1,4 @@
-"""How long the grader takes per submission: ``python -m gpucourse.grading.benchmark``.
+"""How long the grader takes per submission: ``python -m gpucourse.grading.grader.benchmark``.
 
 Grades ``--copies`` copies of a lab's solution and as many of its unsolved notebook as one batch
 with ``--jobs`` workers (what ``gpucourse-grade <folder> --jobs N`` does) and prints the wall time
@@ -71,7 +71,7 @@ def _children_cpu() -> float:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m gpucourse.grading.benchmark", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m gpucourse.grading.grader.benchmark", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lab", default="01")
     ap.add_argument("--copies", type=int, default=3, help="copies of the solution and of the unsolved lab")

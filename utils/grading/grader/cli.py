@@ -27,7 +27,7 @@ from pathlib import Path
 from .gradebook import canvas_csv, read_gradebook, write_canvas, write_gradebook
 from .report import GradeReport
 from .runner import DEFAULT_TIMEOUT_S, grade_notebook, lab_of
-from .seal import MANIFEST, seal, verify
+from .manifest import MANIFEST, seal, verify
 from .similarity import DEFAULT_THRESHOLD, write_similarity
 
 __all__ = ["discover", "grade_batch", "main"]
@@ -165,15 +165,15 @@ def _grade_main(argv) -> int:
 
 def _check_extra_tests(ap, lab: str | None, paths) -> None:
     """Stop before grading anything when a hidden test file is missing, does not load, or lists a helper
-    that does not exist (every submission would otherwise fail, or the guard protect nothing)."""
-    from .integrity import helper_items
-    from .items import load_test_file
+    that does not exist (every submission would otherwise fail, or the rule protect nothing)."""
+    from ..items import load_test_file
+    from .flags import lab_rules
 
     for p in paths:
         if not p.is_file():
             ap.error(f"extra test file not found: {p}")
         try:
-            helper_items(lab, [load_test_file(p)])
+            lab_rules(lab, [load_test_file(p)])
         except ValueError as exc:
             ap.error(str(exc))
         except Exception as exc:  # the file itself is broken: the same message every submission would get
@@ -247,7 +247,7 @@ def _verify_main(argv) -> int:
 
 
 def main(argv=None) -> int:
-    """Entry point of ``gpucourse-grade`` / ``python -m gpucourse.grading.cli``."""
+    """Entry point of ``gpucourse-grade`` / ``python -m gpucourse.grading.grader.cli``."""
     argv = list(sys.argv[1:] if argv is None else argv)
     commands = {"gradescope": _gradescope_main, "lms": _lms_main, "verify": _verify_main}
     if argv and argv[0] in commands and not Path(argv[0]).exists():

@@ -35,7 +35,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .._validate import real
+from ..._validate import real
 
 __all__ = ["CSV_NAME", "DEFAULT_THRESHOLD", "HTML_NAME", "INSTALL", "SOLUTION", "Pair",
            "find_similar", "find_solution", "notebook_cells", "write_similarity"]

@@ -12,7 +12,7 @@ submission, with the learner's files in ``/autograder/submission``, and must wri
 
 * ``setup.sh``: creates ``/autograder/venv`` and installs ``requirements.txt`` (CPU TensorFlow and
   the course's other dependencies, pinned like ``pyproject.toml``) and the course package itself;
-* ``run_autograder``: runs ``python -m gpucourse.grading.gradescope run``;
+* ``run_autograder``: runs ``python -m gpucourse.grading.grader.gradescope run``;
 * ``requirements.txt``, ``config.json`` (lab, time limit, visibility of hidden tests);
 * ``course/``: the course package (public tests included) and the lab's notebook (for the scan);
 * ``tests/``: the hidden test files given with ``--extra-tests``.
@@ -71,9 +71,9 @@ fi
 # Hidden tests: root's only (the kernel's user cannot read them even where namespaces are forbidden).
 chmod -R go-rwx /autograder/source/tests 2>/dev/null || true
 # Fail the image build now (not at the first submission) if TensorFlow cannot load.
-/autograder/venv/bin/python -c "import tensorflow, gpucourse.grading.runner"
+/autograder/venv/bin/python -c "import tensorflow, gpucourse.grading.grader.runner"
 # Say now which isolation the kernels will get in this image.
-/autograder/venv/bin/python -c "from gpucourse.grading import sandbox; print('kernel isolation:', \
+/autograder/venv/bin/python -c "from gpucourse.grading.grader import sandbox; print('kernel isolation:', \
     [lvl for lvl in ('bubblewrap', 'user') if not sandbox.probe(lvl)][:1] or ['none'])"
 """
 
@@ -84,7 +84,7 @@ set -uo pipefail
 ROOT="${GPUCOURSE_AUTOGRADER_ROOT:-/autograder}"
 PYTHON="${GPUCOURSE_PYTHON:-/autograder/venv/bin/python}"
 export TF_CPP_MIN_LOG_LEVEL=2 TF_ENABLE_ONEDNN_OPTS=1 GPUCOURSE_LABS_DIR="$ROOT/source/course/labs"
-exec "$PYTHON" -m gpucourse.grading.gradescope run --root "$ROOT"
+GPUCOURSE_CONTAINER=per-submission exec "$PYTHON" -m gpucourse.grading.grader.gradescope run --root "$ROOT"
 """
 
 
@@ -125,7 +125,7 @@ def _script(zf: zipfile.ZipFile, name: str, text: str) -> None:
 def build_bundle(lab: str, extra_tests=(), out: Path | str = "autograder.zip", timeout: float = 300,
                  hidden_visibility: str = "after_due_date") -> Path:
     """Write the Gradescope bundle for ``lab`` to ``out`` and return its path."""
-    from .items import lab_test_path
+    from ..items import lab_test_path
 
     lab = str(lab).zfill(2)
     lab_test_path(lab)  # a clear error for a lab without tests
@@ -243,7 +243,7 @@ def run(root: Path) -> dict:
     from .report import GradeReport
     from .runner import grade_notebook
 
-    from .seal import seal
+    from .manifest import seal
 
     source = root / "source"
     config = json.loads((source / "config.json").read_text())
@@ -277,7 +277,7 @@ def run(root: Path) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m gpucourse.grading.gradescope")
+    ap = argparse.ArgumentParser(prog="python -m gpucourse.grading.grader.gradescope")
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="grade the submission in Gradescope's layout")
     r.add_argument("--root", type=Path, default=Path(os.environ.get(ROOT_ENV, "/autograder")))

@@ -1,0 +1,179 @@
+"""Kernel side, before the submission's cells: report what a human should look at. Never a verdict.
+
+The grader's first cell sends this file's text and :mod:`gpucourse.grading.protocol`'s, and calls
+:func:`install`, which connects to the grader's socket and installs an audit hook (:pep:`578`; it
+cannot be removed). The hook sends a ``flag`` record when the submission's own code
+
+* reads frames or walks objects (``sys._getframe``, ``sys._current_frames``, frame attributes of
+  tracebacks and generators, ``gc.get_objects``/``get_referrers``/``get_referents``), also through
+  ``inspect``, ``traceback``, ``logging`` and TensorFlow's ``tf_inspect``/``tf_stack``, whose frames
+  count as their caller's;
+* runs dynamic code (``exec``, ``compile`` called by the submission itself);
+* sets a profiler or a tracer (``sys.setprofile``, ``sys.settrace``), whoever calls it;
+* calls ``ctypes``, starts or signals a process, opens ``/proc/<pid>/mem``, adds an audit hook;
+
+and, at each ``gpucourse.look`` event (the agent raises one before and after every call), a ``look``
+record: Python signal handlers, profiler and tracer, and threads that were not there when it was
+installed. The grader turns these into review flags (:mod:`gpucourse.grading.grader.flags`).
+
+It fails closed: an exception inside the hook becomes a ``tripwire-error`` flag, and a missing ``look``
+shows as ``silenced``. The submission shares this process and can, with effort, silence the hook; that
+only hides a flag, since no mark depends on anything said here. Standard library only.
+"""
+
+from __future__ import annotations
+
+__all__ = ["CELL_TEMPLATE", "install"]
+
+#: The grader's first cell: the protocol's and this file's texts, the socket, the run's token and the key.
+CELL_TEMPLATE = """\
+def _gpucourse_tripwire(protocol_src, tripwire_src, address, token, key, grader_code):
+    protocol = {{"__name__": "gpucourse_protocol"}}
+    exec(compile(protocol_src, "<gpucourse-protocol>", "exec"), protocol)
+    tripwire = {{"__name__": "gpucourse_tripwire"}}
+    exec(compile(tripwire_src, "<gpucourse-tripwire>", "exec"), tripwire)
+    tripwire["install"](protocol, address, token, bytes.fromhex(key), grader_code)
+_gpucourse_tripwire({protocol_src!r}, {tripwire_src!r}, {address!r}, {token!r}, {key!r}, {grader_code!r})
+del _gpucourse_tripwire
+"""
+
+#: Modules whose frames count as their caller's for introspection (they hand frames on).
+FRAME_WRAPPERS = ("/inspect.py", "/traceback.py", "/logging/__init__.py", "/tf_inspect.py", "/tf_stack.py")
+#: Audit events and the category they are flagged under when the submission's code raises them.
+EVENTS = {"sys._getframe": "introspection", "sys._current_frames": "introspection",
+          "sys._current_exceptions": "introspection", "object.__getattr__": "introspection",
+          "gc.get_objects": "introspection", "gc.get_referrers": "introspection", "gc.get_referents": "introspection",
+          "exec": "dynamic-code", "compile": "dynamic-code",
+          "os.system": "process", "subprocess.Popen": "process", "os.exec": "process", "os.fork": "process",
+          "os.forkpty": "process", "os.posix_spawn": "process", "os.spawn": "process", "os.kill": "process",
+          "os.killpg": "process", "pty.spawn": "process", "sys.addaudithook": "audit-hook"}
+#: Events flagged whoever raises them.
+ANYONE = {"sys.setprofile": "profiler", "sys.settrace": "profiler"}
+
+
+def install(protocol: dict, address: str, token: str, key: bytes, grader_code=()) -> None:
+    """Connect to the grader, send ``hello``, install the hook. Raises if the grader cannot be reached.
+
+    ``grader_code``: SHA-256 digests of the texts the grader's own later cell compiles (the protocol's and
+    the agent's): compiling and running exactly those is not dynamic code of the submission.
+    """
+    import os
+    from _hashlib import openssl_sha256
+    import signal
+    import socket
+    import sys
+    import threading
+    from _thread import get_ident
+
+    encode = protocol["encode"]
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(address)
+    sendall, getframe, getsignal, get_profile, get_trace = (sock.sendall, sys._getframe, signal.getsignal,
+                                                             sys.getprofile, sys.gettrace)
+    enumerate_threads, lock = threading.enumerate, threading.Lock()
+    import sysconfig
+
+    library = tuple({os.path.realpath(p) + os.sep for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)})
+    stdlib = os.path.realpath(sysconfig.get_paths()["stdlib"]) + os.sep
+    site = tuple({os.path.realpath(p) + os.sep for p in sysconfig.get_paths().values()} - {stdlib})
+    try:
+        import gpucourse
+
+        library += (os.path.dirname(os.path.realpath(gpucourse.__file__)) + os.sep,)
+    except Exception:  # noqa: BLE001 (a course without its package: its frames count as the learner's)
+        pass
+    signals = [s for s in signal.Signals if s not in (signal.SIGKILL, signal.SIGSTOP)]
+    baseline_signals = {int(s): getsignal(s) for s in signals}
+    baseline_threads = {t.ident for t in enumerate_threads()}
+    seq, busy, said = [0], set(), set()
+    grader_code, compiled = frozenset(grader_code), []  # file names of grader code compiled, not yet run
+
+    def send(kind: str, body) -> None:
+        with lock:
+            sendall(encode(key, seq[0], kind, body))
+            seq[0] += 1
+
+    def where(frame, skip: str):
+        """(whose, 'file:line function') of the first frame that acts: the learner's, the grader's or a library's.
+
+        ``skip``: "wrappers" passes over the frames of modules that hand frames on (:data:`FRAME_WRAPPERS`),
+        "stdlib" over the standard library's (``subprocess`` starting a process for its caller), "library" over
+        every library frame (to say where the learner's code was), "none" over none.
+        """
+        while frame is not None:
+            code = frame.f_code
+            name = code.co_filename
+            if type(name) is not str:  # a str subclass would run its own methods here
+                return "learner", "code whose file name is not a str"
+            if name.startswith("<gpucourse-"):
+                return "grader", name
+            if name.startswith("<frozen"):  # the import system: it compiles and runs every module it imports
+                if skip == "none":
+                    return "library", name
+                frame = frame.f_back
+                continue
+            if skip != "none" and name.endswith(FRAME_WRAPPERS):
+                frame = frame.f_back
+                continue
+            if name.startswith(library):
+                if skip == "library" or (skip == "stdlib" and name.startswith(stdlib) and not name.startswith(site)):
+                    frame = frame.f_back
+                    continue
+                return "library", f"{name}:{frame.f_lineno} {code.co_name}"
+            return "learner", f"{name}:{frame.f_lineno} {code.co_name}"
+        return "library", ""
+
+    def flag(category: str, detail: str, at: str) -> None:
+        item = (category, detail, at)
+        if item not in said:  # each place once
+            said.add(item)
+            send("flag", {"category": category, "detail": detail, "where": at})
+
+    def look(at) -> None:
+        changed = [f"{int(s)}" for s in signals if getsignal(s) is not baseline_signals[int(s)]]
+        threads = [t.name for t in enumerate_threads() if t.ident not in baseline_threads and t.daemon is not None
+                   and not t.name.startswith("gpucourse-")]
+        send("look", {"at": at if type(at) is int else -1, "signals": changed, "threads": threads,
+                      "profiler": get_profile() is not None, "tracer": get_trace() is not None})
+
+    def hook(event, args):
+        me = get_ident()
+        if me in busy:
+            return
+        busy.add(me)
+        try:
+            if event == "gpucourse.look":
+                look(args[0] if args else -1)
+            elif event in ANYONE:
+                flag(ANYONE[event], event, where(getframe(1), "library")[1])
+            elif event.startswith("ctypes."):
+                whose, at = where(getframe(1), "none")
+                if whose == "learner":
+                    flag("ctypes", event, at)
+            elif event == "open" and args and type(args[0]) is str and args[0].startswith("/proc/") \
+                    and args[0].endswith("/mem"):
+                flag("memory", "opened " + args[0], where(getframe(1), "library")[1])  # whoever opens it
+            elif event == "compile" and args and type(args[0]) in (str, bytes) and type(args[1]) is str \
+                    and args[1].startswith("<gpucourse-") and openssl_sha256(
+                        args[0] if type(args[0]) is bytes else args[0].encode()).hexdigest() in grader_code:
+                compiled.append(args[1])  # the grader's own text, compiled by its agent cell
+            elif event == "exec" and args and type(getattr(args[0], "co_filename", None)) is str \
+                    and args[0].co_filename in compiled:
+                compiled.remove(args[0].co_filename)
+            elif event in EVENTS:
+                category = EVENTS[event]
+                whose, at = where(getframe(1), {"introspection": "wrappers", "process": "stdlib"}.get(category, "none"))
+                if whose == "learner":
+                    attr = args[1] if event == "object.__getattr__" and len(args) > 1 else None
+                    flag(category, "read ." + attr if type(attr) is str else event, at)
+        except BaseException as exc:  # noqa: BLE001 (fails closed: the error itself is reported)
+            try:
+                send("flag", {"category": "tripwire-error", "detail": f"{type(exc).__name__} in {event}",
+                              "where": ""})
+            except BaseException:  # noqa: BLE001, S110 (the socket is gone: the missing looks will say so)
+                pass
+        finally:
+            busy.discard(me)
+
+    send("hello", {"role": "tripwire", "token": token})
+    sys.addaudithook(hook)
