@@ -75,7 +75,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Mapping
 
-from .protocol import plain
+from .protocol import plain, unpack_tuples
 
 __all__ = ["Fail", "ItemResult", "ItemTimeout", "ItemSpec", "KernelLost", "Namespace", "NotDefined", "Observed",
            "ProcessKilled",
@@ -316,8 +316,11 @@ class Namespace:
     #: ran the submission's cells again, which the check may kill (``.kill()``), as a real failure would.
     fresh_process = None
 
-    def __init__(self, mapping: Mapping[str, object]):
+    def __init__(self, mapping: Mapping[str, object], raw: bool = False):
         self._ns = dict(mapping)
+        #: ``raw``: the view an ``@in_kernel`` function gets (the learner's functions return live objects);
+        #: otherwise, as in the grader's observer, what a learner's function returns is plain data at once.
+        self.raw = raw
 
     def __contains__(self, name: str) -> bool:
         return name in self._ns
@@ -327,20 +330,32 @@ class Namespace:
         if name not in self._ns:
             raise NotDefined(tr("Not attempted: `{name}` is not defined yet. Run the cell above first (the one that "
                                 "defines `{name}`, and the cells before it).", name=name))
-        return self._ns[name]
+        obj = self._ns[name]
+        if self.raw:
+            return obj
+        return self.function(name) if callable(obj) else unpack_tuples(plain(obj, tuples=True))
 
     def function(self, name: str) -> Callable:
         """The function ``name``; fails with a hint if missing or not callable."""
-        obj = self.value(name)
+        if name not in self._ns:
+            self.value(name)  # the learner-facing "not defined yet"
+        obj = self._ns[name]
         if not callable(obj):
             raise Fail(tr("`{name}` should be a function, but it is a {kind}.", name=name, kind=type(obj).__name__))
-        return obj
+        if self.raw:
+            return obj
+
+        def call(*args, **kwargs):
+            return unpack_tuples(plain(obj(*args, **kwargs), tuples=True))
+
+        call.__name__ = name
+        return call
 
     def kernel(self, fn: Callable, *args, **kwargs):
-        """``fn(self, *args, **kwargs)`` for a function marked :func:`in_kernel`, as plain data."""
+        """``fn(raw namespace, *args, **kwargs)`` for a function marked :func:`in_kernel`, as plain data."""
         if not is_kernel_function(fn):
             raise TypeError(f"ns.kernel runs a function marked @in_kernel, got {fn!r}")
-        return plain(fn(self, *args, **kwargs))
+        return unpack_tuples(plain(fn(Namespace(self._ns, raw=True), *args, **kwargs), tuples=True))
 
 
 @dataclass

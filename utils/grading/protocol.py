@@ -27,7 +27,7 @@ from _operator import _compare_digest
 from enum import Enum
 
 __all__ = ["Category", "Kind", "MAX_FRAME", "ProtocolError", "Reader", "Role", "canonical", "encode", "mac", "plain",
-           "plain_key"]
+           "plain_key", "unpack_tuples"]
 
 #: Largest frame accepted (an observation of a big tensor is one frame).
 MAX_FRAME = 64 * 1024 * 1024
@@ -184,12 +184,13 @@ class Reader:
         return kind, body
 
 
-def plain(value, _depth: int = 0):
+def plain(value, _depth: int = 0, tuples: bool = False):
     """``value`` as exact built-in data: ``dict`` (str keys), ``list``, ``str``, ``int``, ``float``, ``bool``, None.
 
     Subclasses are copied to their exact base type through the base type's own methods (an ``int``
     subclass's ``__int__`` or a ``list`` subclass's ``__iter__`` never runs). NumPy values and arrays become
-    lists (``tolist``), TensorFlow tensors too (``numpy``), tuples become lists. Anything else becomes
+    lists (``tolist``), TensorFlow tensors too (``numpy``), tuples become lists (``tuples=True``: they
+    become ``{"__tuple__": [...]}``, which :func:`unpack_tuples` turns back). Anything else becomes
     ``{"__type__": "module.Class", "repr": "..."}``, so that a judge can say what came instead.
     """
     if _depth > 50:
@@ -203,17 +204,19 @@ def plain(value, _depth: int = 0):
         return float.__float__(value)
     if isinstance(value, str):
         return str.__str__(value)
-    if isinstance(value, (list, tuple)):
-        items = list.__iter__(value) if isinstance(value, list) else tuple.__iter__(value)
-        return [plain(v, _depth + 1) for v in items]
+    if isinstance(value, list):
+        return [plain(v, _depth + 1, tuples) for v in list.__iter__(value)]
+    if isinstance(value, tuple):
+        out = [plain(v, _depth + 1, tuples) for v in tuple.__iter__(value)]
+        return {"__tuple__": out} if tuples else out
     if isinstance(value, dict):
-        return {plain_key(k): plain(v, _depth + 1) for k, v in dict.items(value)}
+        return {plain_key(k): plain(v, _depth + 1, tuples) for k, v in dict.items(value)}
     mod = getattr(kind, "__module__", "") or ""
     if mod.startswith(("numpy", "ml_dtypes")) and hasattr(value, "tolist"):
-        return plain(value.tolist(), _depth + 1)
+        return plain(value.tolist(), _depth + 1, tuples)
     if mod.startswith(("tensorflow", "keras")) and hasattr(value, "numpy"):
         try:
-            return plain(value.numpy(), _depth + 1)
+            return plain(value.numpy(), _depth + 1, tuples)
         except Exception:  # noqa: BLE001 (a symbolic tensor, a variable on a lost device...)
             pass
     try:
@@ -222,6 +225,17 @@ def plain(value, _depth: int = 0):
         text = "<unprintable>"
     return {"__type__": f"{mod}.{getattr(kind, '__qualname__', kind.__name__)}".lstrip("."),
             "repr": str.__str__(text)[:300] if isinstance(text, str) else "<unprintable>"}
+
+
+def unpack_tuples(value):
+    """Undo ``plain(..., tuples=True)``: ``{"__tuple__": [...]}`` becomes a tuple again."""
+    if isinstance(value, list):
+        return [unpack_tuples(v) for v in value]
+    if isinstance(value, dict):
+        if len(value) == 1 and isinstance(value.get("__tuple__"), list):
+            return tuple(unpack_tuples(v) for v in value["__tuple__"])
+        return {k: unpack_tuples(v) for k, v in value.items()}
+    return value
 
 
 def plain_key(key) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 
-from gpucourse.grading.items import Fail, expect_raised, item, outcome, tr
+from gpucourse.grading.items import Fail, expect_raised, in_kernel, item, outcome, tr
 
 SETTINGS = ("logical_devices", "memory_growth", "memory_limit", "soft_placement",
             "intra_op_threads", "inter_op_threads")
@@ -61,6 +61,21 @@ def _dict_or_type(value) -> str:
 # --------------------------------------------------------------------------- q1
 
 
+@in_kernel
+def _q1_observe(ns, case):
+    import tensorflow as tf
+
+    fn = ns.function("summarise_devices")
+    if case.get("real"):
+        real = tf.config.list_physical_devices()
+        got = fn(real)
+        return {"got": got, "type": _dict_or_type(got), "names": [d.name for d in real]}
+    devices = _devices(case["names"], case["logical"])
+    before = list(devices)
+    got = fn(devices)
+    return {"got": got, "type": _dict_or_type(got), "mutated": devices != before}
+
+
 @item("q1", points=2, title="summarise_devices counts devices by type")
 class q1:
     def cases(rng):
@@ -71,17 +86,7 @@ class q1:
         return out + [{"real": True}]
 
     def observe(ns, case):
-        import tensorflow as tf
-
-        fn = ns.function("summarise_devices")
-        if case.get("real"):
-            real = tf.config.list_physical_devices()
-            got = fn(real)
-            return {"got": got, "type": _dict_or_type(got), "names": [d.name for d in real]}
-        devices = _devices(case["names"], case["logical"])
-        before = list(devices)
-        got = fn(devices)
-        return {"got": got, "type": _dict_or_type(got), "mutated": devices != before}
+        return ns.kernel(_q1_observe, case)
 
     def judge(case, seen):
         names = seen["names"] if case.get("real") else case["names"]
@@ -115,6 +120,27 @@ def _pick(names: list[str]) -> str | None:
     return None
 
 
+@in_kernel
+def _q2_observe(ns, case):
+    import tensorflow as tf
+
+    fn = ns.function("pick_device")
+    if case.get("empty"):
+        return outcome(lambda: fn([]))
+    if case.get("real"):
+        real = tf.config.list_logical_devices()
+        name = fn(real)
+        placed = None
+        if isinstance(name, str):
+            try:
+                with tf.device(name):
+                    placed = tf.ones(3).device
+            except Exception as exc:  # an invalid device string: the judge says so
+                placed = f"error: {type(exc).__name__}: {exc}"
+        return {"got": name, "names": [d.name for d in real], "placed": placed}
+    return {"got": fn(_devices(case["names"], True))}
+
+
 @item("q2", points=3, title="pick_device prefers the lowest-numbered GPU, else CPU")
 class q2:
     def cases(rng):
@@ -125,23 +151,7 @@ class q2:
         return [{"names": _device_names(c, True, rng)} for c in counts] + [{"empty": True}, {"real": True}]
 
     def observe(ns, case):
-        import tensorflow as tf
-
-        fn = ns.function("pick_device")
-        if case.get("empty"):
-            return outcome(lambda: fn([]))
-        if case.get("real"):
-            real = tf.config.list_logical_devices()
-            name = fn(real)
-            placed = None
-            if isinstance(name, str):
-                try:
-                    with tf.device(name):
-                        placed = tf.ones(3).device
-                except Exception as exc:  # an invalid device string: the judge says so
-                    placed = f"error: {type(exc).__name__}: {exc}"
-            return {"got": name, "names": [d.name for d in real], "placed": placed}
-        return {"got": fn(_devices(case["names"], True))}
+        return ns.kernel(_q2_observe, case)
 
     def judge(case, seen):
         if case.get("empty"):

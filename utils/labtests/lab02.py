@@ -12,7 +12,7 @@ Every message goes through ``tr`` (the zh_CN catalogue, ``grading/locale/zh_CN.p
 
 from __future__ import annotations
 
-from gpucourse.grading.items import Fail, expect_raised, item, outcome, tr
+from gpucourse.grading.items import Fail, expect_raised, in_kernel, item, outcome, tr
 
 _TYPES = ["CPU", "GPU", "TPU", "XLA_GPU"]
 
@@ -122,6 +122,23 @@ class q1:
 # --------------------------------------------------------------------------- q2
 
 
+@in_kernel
+def _q2_observe(ns, case):
+    import tensorflow as tf
+
+    fn = ns.function("run_where")
+    default = tf.ones(1).device  # where an op without tf.device lands
+    names = [n for n in _logical_names() if _short(n) != _short(default)]
+    if not names:
+        return {"names": []}
+    name = _pick(names, case["pick"])
+    with tf.device(name):
+        x = tf.reshape(tf.constant(case["values"], tf.float32), case["shape"])
+    scale = case["scale"]
+    got = fn(x, lambda t: tf.reduce_sum(t * scale))
+    return {"names": names, "x_device": x.device, "got": _tensor_facts(got)}
+
+
 @item("q2", points=2, title="run_where runs a function on the device its input lives on")
 class q2:
     def cases(rng):
@@ -133,19 +150,7 @@ class q2:
         return out
 
     def observe(ns, case):
-        import tensorflow as tf
-
-        fn = ns.function("run_where")
-        default = tf.ones(1).device  # where an op without tf.device lands
-        names = [n for n in _logical_names() if _short(n) != _short(default)]
-        if not names:
-            return {"names": []}
-        name = _pick(names, case["pick"])
-        with tf.device(name):
-            x = tf.reshape(tf.constant(case["values"], tf.float32), case["shape"])
-        scale = case["scale"]
-        got = fn(x, lambda t: tf.reduce_sum(t * scale))
-        return {"names": names, "x_device": x.device, "got": _tensor_facts(got)}
+        return ns.kernel(_q2_observe, case)
 
     def judge(case, seen):
         if not seen["names"]:
@@ -168,6 +173,38 @@ class q2:
 # --------------------------------------------------------------------------- q3
 
 
+@in_kernel
+def _q3_observe(ns, case):
+    import tensorflow as tf
+
+    fn = ns.function("place_strictly")
+    soft0, log0 = tf.config.get_soft_device_placement(), tf.debugging.get_log_device_placement()
+    if "missing" in case:
+        n = len(tf.config.list_logical_devices(case["missing"]))
+        name = (f"/CPU:{n + case['offset']}" if case["missing"] == "CPU"
+                else f"/device:GPU:{n + case['offset']}")
+    else:  # off the default device, so that a result computed in the wrong place shows
+        default = _short(tf.ones(1).device)
+        names = _logical_names()
+        name = _pick([n for n in names if _short(n) != default] or names, case["pick"])
+    k = case.get("k", 2)
+    calls = []
+
+    def work():
+        calls.append([tf.config.get_soft_device_placement(), _runtime_soft_placement()])
+        return tf.matmul(tf.ones((k, k)), tf.ones((k, k)))
+
+    tf.config.set_soft_device_placement(case["before"])
+    try:
+        seen = outcome(lambda: _tensor_facts(fn(name, work)))
+        seen.update(name=name, calls=calls, soft_after=tf.config.get_soft_device_placement(),
+                    runtime_after=_runtime_soft_placement())
+        return seen
+    finally:  # the log flag first: in TF 2.21 setting it also sets the runtime's soft placement
+        tf.debugging.set_log_device_placement(log0)
+        tf.config.set_soft_device_placement(soft0)
+
+
 @item("q3", points=3, title="place_strictly turns soft placement off, raises ValueError, restores the setting")
 class q3:
     def cases(rng):
@@ -180,34 +217,7 @@ class q3:
         return out
 
     def observe(ns, case):
-        import tensorflow as tf
-
-        fn = ns.function("place_strictly")
-        soft0, log0 = tf.config.get_soft_device_placement(), tf.debugging.get_log_device_placement()
-        if "missing" in case:
-            n = len(tf.config.list_logical_devices(case["missing"]))
-            name = (f"/CPU:{n + case['offset']}" if case["missing"] == "CPU"
-                    else f"/device:GPU:{n + case['offset']}")
-        else:  # off the default device, so that a result computed in the wrong place shows
-            default = _short(tf.ones(1).device)
-            names = _logical_names()
-            name = _pick([n for n in names if _short(n) != default] or names, case["pick"])
-        k = case.get("k", 2)
-        calls = []
-
-        def work():
-            calls.append([tf.config.get_soft_device_placement(), _runtime_soft_placement()])
-            return tf.matmul(tf.ones((k, k)), tf.ones((k, k)))
-
-        tf.config.set_soft_device_placement(case["before"])
-        try:
-            seen = outcome(lambda: _tensor_facts(fn(name, work)))
-            seen.update(name=name, calls=calls, soft_after=tf.config.get_soft_device_placement(),
-                        runtime_after=_runtime_soft_placement())
-            return seen
-        finally:  # the log flag first: in TF 2.21 setting it also sets the runtime's soft placement
-            tf.debugging.set_log_device_placement(log0)
-            tf.config.set_soft_device_placement(soft0)
+        return ns.kernel(_q3_observe, case)
 
     def judge(case, seen):
         name, before = seen["name"], case["before"]
@@ -271,6 +281,32 @@ class q3:
 # --------------------------------------------------------------------------- q4
 
 
+@in_kernel
+def _q4_observe(ns, case):
+    import tensorflow as tf
+
+    fn = ns.function("replicate_and_sum")
+    names = _logical_names()
+    others = [n for n in names if _short(n) != "CPU:0"] or names  # so a sum left on the default device fails
+    devs = [_pick(names, p) for p in case["picks"]]
+    devs[case["off"]] = _pick(others, case["off_pick"])  # at least one replica off the default device
+    reduce_on = "/CPU:0" if case["reduce_pick"] is None else _pick(others, case["reduce_pick"])
+    size, base = case["size"], case["base"]
+    called = []
+
+    def replica(i):
+        called.append(i if isinstance(i, int) else repr(i))
+        return tf.ones((size,)) * (base + 3.0 * i)
+
+    out = fn(replica, devs) if case["reduce_pick"] is None else fn(replica, devs, reduce_on)
+    seen = {"devs": devs, "reduce_on": reduce_on, "called": called, "returned": type(out).__name__}
+    if isinstance(out, (tuple, list)) and len(out) == 2:
+        partials, total = out
+        seen["partials"] = [_tensor_facts(p) for p in partials] if isinstance(partials, (list, tuple)) else None
+        seen["total"] = _tensor_facts(total)
+    return seen
+
+
 @item("q4", points=3, title="replicate_and_sum runs one replica per device and add_n's on the reduce device")
 class q4:
     def cases(rng):
@@ -283,28 +319,7 @@ class q4:
         return out
 
     def observe(ns, case):
-        import tensorflow as tf
-
-        fn = ns.function("replicate_and_sum")
-        names = _logical_names()
-        others = [n for n in names if _short(n) != "CPU:0"] or names  # so a sum left on the default device fails
-        devs = [_pick(names, p) for p in case["picks"]]
-        devs[case["off"]] = _pick(others, case["off_pick"])  # at least one replica off the default device
-        reduce_on = "/CPU:0" if case["reduce_pick"] is None else _pick(others, case["reduce_pick"])
-        size, base = case["size"], case["base"]
-        called = []
-
-        def replica(i):
-            called.append(i if isinstance(i, int) else repr(i))
-            return tf.ones((size,)) * (base + 3.0 * i)
-
-        out = fn(replica, devs) if case["reduce_pick"] is None else fn(replica, devs, reduce_on)
-        seen = {"devs": devs, "reduce_on": reduce_on, "called": called, "returned": type(out).__name__}
-        if isinstance(out, (tuple, list)) and len(out) == 2:
-            partials, total = out
-            seen["partials"] = [_tensor_facts(p) for p in partials] if isinstance(partials, (list, tuple)) else None
-            seen["total"] = _tensor_facts(total)
-        return seen
+        return ns.kernel(_q4_observe, case)
 
     def judge(case, seen):
         devs, reduce_on = seen["devs"], seen["reduce_on"]

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 
-from gpucourse.grading.items import Fail, counted, expect_raised, item, outcome, tr
+from gpucourse.grading.items import Fail, expect_raised, in_kernel, item, outcome, tr
 
 MiB = 2**20
 
@@ -93,6 +93,17 @@ def _nbytes(variables, itemsize: int | None = None) -> int:
     return sum(int(np.prod(v.shape)) * (itemsize or np.dtype(v.dtype).itemsize) for v in variables)
 
 
+@in_kernel
+def _q1_observe(ns, case):
+    fn = ns.function("training_state_bytes")
+    model = _build_model(case["model"])
+    got = []
+    for opt in case["optimizers"]:
+        value = fn(model, _build_optimizer(opt))  # a fresh, unbuilt optimizer each time
+        got.append({"got": value, "type": _type_name(value)})
+    return {"results": got}
+
+
 @item("q1", points=2, title="training_state_bytes counts weights, gradients and optimizer state")
 class q1:
     def cases(rng):
@@ -112,13 +123,7 @@ class q1:
                 {"model": _model_spec(rng, rng.choice(["float16", "float64"])), "optimizers": opts[half:]}]
 
     def observe(ns, case):
-        fn = ns.function("training_state_bytes")
-        model = _build_model(case["model"])
-        got = []
-        for opt in case["optimizers"]:
-            value = fn(model, _build_optimizer(opt))  # a fresh, unbuilt optimizer each time
-            got.append({"got": value, "type": _type_name(value)})
-        return {"results": got}
+        return ns.kernel(_q1_observe, case)
 
     def judge(case, seen):
         model = _build_model(case["model"])
@@ -206,9 +211,12 @@ class q2:
         import tensorflow as tf
 
         fn = ns.function("largest_batch")
-        bad = []
+        calls, bad = [], []
 
         def peak_bytes(n):
+            # Runs here, where the check runs (under the grader: its observer process): the learner's code gets a
+            # stand-in that calls back, so the memory model and the count of measurements stay out of its reach.
+            calls.append(n)
             if isinstance(n, bool) or not isinstance(n, int) or n < 1:
                 bad.append(repr(n))
                 raise TypeError(f"a batch size must be a whole number >= 1, got {n!r}")
@@ -217,12 +225,9 @@ class q2:
                 raise tf.errors.ResourceExhaustedError(None, None, f"OOM when allocating tensor for batch {n}")
             return used
 
-        # The learner gets a counting wrapper: the count, and peak_bytes with this module behind it, are out of
-        # reach of its code (no __closure__ or __globals__ leads to them).
-        call, calls = counted(peak_bytes)
-        result = outcome(lambda: fn(call, case["budget"], case["max_batch"]))
-        n_bad = len(bad)
-        return {"result": result, "calls": calls() - n_bad, "bad": bad[:3], "type": _type_name(result.get("value"))}
+        result = outcome(lambda: fn(peak_bytes, case["budget"], case["max_batch"]))
+        return {"result": result, "calls": len(calls) - len(bad), "bad": bad[:3],
+                "type": _type_name(result.get("value"))}
 
     def judge(case, seen):
         mx, budget = case["max_batch"], case["budget"]
@@ -363,6 +368,38 @@ def _TrainingPasses():
     return TrainingPasses()
 
 
+@in_kernel
+def _q4_observe(ns, case):
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    fn = ns.function("train_with_accumulation")
+    x, y = np.array(case["x"], "float32"), np.array(case["y"], "float32")
+    # The process, not only the end state: a layer in front counts the training passes and the rows they
+    # held, and the optimizer says how many (micro-)steps it applied.
+    dense, tally = keras.layers.Dense(1), _TrainingPasses()
+    model = keras.Sequential([keras.Input((x.shape[1],)), tally, dense])
+    dense.set_weights([np.array(case["w0"], "float32"), np.array(case["b0"], "float32")])
+    if case.get("bad"):
+        return {"result": outcome(lambda: fn(model, x, y, case["micro"], case["effective"], case["lr"]))}
+    # On Ampere and newer GPUs float32 matmuls default to TF32 (10 mantissa bits), which misses the
+    # float64 reference by more than 1e-4 about one time in five: grade full float32 arithmetic.
+    tf32 = tf.config.experimental.tensor_float_32_execution_enabled()
+    tf.config.experimental.enable_tensor_float_32_execution(False)
+    try:
+        out = fn(model, x, y, case["micro"], case["effective"], case["lr"])
+    finally:
+        tf.config.experimental.enable_tensor_float_32_execution(tf32)
+    opt = getattr(model, "optimizer", None)
+    w, b = dense.get_weights()
+    iterations = getattr(opt, "iterations", None)
+    return {"returned_model": out is model, "optimizer": type(opt).__name__ if opt is not None else None,
+            "accumulation": getattr(opt, "gradient_accumulation_steps", None), "w": w, "b": b,
+            "iterations": int(iterations.numpy()) if hasattr(iterations, "numpy") else None,
+            "passes": tally.seen()}
+
+
 @item("q4", points=3, title="train_with_accumulation matches one big-batch step per effective batch")
 class q4:
     def cases(rng):
@@ -380,34 +417,7 @@ class q4:
         return out
 
     def observe(ns, case):
-        import keras
-        import numpy as np
-        import tensorflow as tf
-
-        fn = ns.function("train_with_accumulation")
-        x, y = np.array(case["x"], "float32"), np.array(case["y"], "float32")
-        # The process, not only the end state: a layer in front counts the training passes and the rows they
-        # held, and the optimizer says how many (micro-)steps it applied.
-        dense, tally = keras.layers.Dense(1), _TrainingPasses()
-        model = keras.Sequential([keras.Input((x.shape[1],)), tally, dense])
-        dense.set_weights([np.array(case["w0"], "float32"), np.array(case["b0"], "float32")])
-        if case.get("bad"):
-            return {"result": outcome(lambda: fn(model, x, y, case["micro"], case["effective"], case["lr"]))}
-        # On Ampere and newer GPUs float32 matmuls default to TF32 (10 mantissa bits), which misses the
-        # float64 reference by more than 1e-4 about one time in five: grade full float32 arithmetic.
-        tf32 = tf.config.experimental.tensor_float_32_execution_enabled()
-        tf.config.experimental.enable_tensor_float_32_execution(False)
-        try:
-            out = fn(model, x, y, case["micro"], case["effective"], case["lr"])
-        finally:
-            tf.config.experimental.enable_tensor_float_32_execution(tf32)
-        opt = getattr(model, "optimizer", None)
-        w, b = dense.get_weights()
-        iterations = getattr(opt, "iterations", None)
-        return {"returned_model": out is model, "optimizer": type(opt).__name__ if opt is not None else None,
-                "accumulation": getattr(opt, "gradient_accumulation_steps", None), "w": w, "b": b,
-                "iterations": int(iterations.numpy()) if hasattr(iterations, "numpy") else None,
-                "passes": tally.seen()}
+        return ns.kernel(_q4_observe, case)
 
     def judge(case, seen):
         import numpy as np
@@ -455,6 +465,24 @@ class q4:
 # --------------------------------------------------------------------------- q5
 
 
+@in_kernel
+def _q5_observe(ns, case):
+    import tensorflow as tf
+
+    fn = ns.function("virtual_gpus")
+
+    def describe():
+        value = fn(case["total"], case["n"], case["reserve"])
+        items = None
+        if isinstance(value, (list, tuple)):
+            items = [{"config": isinstance(c, tf.config.LogicalDeviceConfiguration), "type": _type_name(c),
+                      "limit": getattr(c, "memory_limit", None),
+                      "limit_type": _type_name(getattr(c, "memory_limit", None))} for c in value]
+        return {"type": _type_name(value), "items": items}
+
+    return {"result": outcome(describe)}
+
+
 @item("q5", points=2, title="virtual_gpus splits a GPU into whole-MiB memory limits")
 class q5:
     def cases(rng):
@@ -468,20 +496,7 @@ class q5:
         return out + [{**b, "bad": True} for b in bad]
 
     def observe(ns, case):
-        import tensorflow as tf
-
-        fn = ns.function("virtual_gpus")
-
-        def describe():
-            value = fn(case["total"], case["n"], case["reserve"])
-            items = None
-            if isinstance(value, (list, tuple)):
-                items = [{"config": isinstance(c, tf.config.LogicalDeviceConfiguration), "type": _type_name(c),
-                          "limit": getattr(c, "memory_limit", None),
-                          "limit_type": _type_name(getattr(c, "memory_limit", None))} for c in value]
-            return {"type": _type_name(value), "items": items}
-
-        return {"result": outcome(describe)}
+        return ns.kernel(_q5_observe, case)
 
     def judge(case, seen):
         total, n, reserve = case["total"], case["n"], case["reserve"]

@@ -22,6 +22,7 @@ from __future__ import annotations
 import time
 
 from .. import items as items_module
+from .. import protocol
 from ..items import (Fail, ItemTimeout, KernelLost, NotDefined, ProcessKilled, RaisedInKernel,
                      RaisedNotImplementedInKernel, tr)
 from .link import CallTimeout
@@ -60,7 +61,7 @@ class RemoteNamespace:
             if "NotImplementedError" in mro:
                 raise RaisedNotImplementedInKernel(spec)
             raise RaisedInKernel(spec)
-        return answer.get("ok")
+        return protocol.unpack_tuples(answer.get("ok"))
 
     def _interrupt(self, link, call_id: int) -> dict:
         """The item's time is up: interrupt the call; if it does not stop, the kernel is started again."""

@@ -140,7 +140,7 @@ def serve(protocol: dict, address: str, token: str, key: bytes, user_ns: dict) -
             audit("gpucourse.look", call_id)
             try:
                 value = answer(body)
-                out = {"id": call_id, "ok": plain(value)}
+                out = {"id": call_id, "ok": plain(value, tuples=True)}
             except BaseException as exc:  # noqa: BLE001 (the learner's code may raise anything)
                 out = {"id": call_id, "raised": _describe(exc, plain)}
             audit("gpucourse.look", call_id)
@@ -178,7 +178,7 @@ class _Learner:
     def namespace(self):
         from gpucourse.grading.items import Namespace
 
-        return Namespace(self._public())
+        return Namespace(self._public(), raw=True)
 
 
 def _load(text: str, path: str):
