@@ -172,7 +172,7 @@ zh: env
 	$(PY) -m gpucourse.i18n update
 	$(PY) -m gpucourse.i18n messages
 	$(PY) -m gpucourse.i18n build
-	@$(PY) -m gpucourse.i18n check || echo "the zh edition needs translating (above); tests/test_i18n.py fails until it is done"
+	@$(PY) -m gpucourse.i18n check || echo "the zh edition needs translating (above); tests/tools/test_i18n.py fails until it is done"
 
 benchmark: env
 	$(PY) -m gpucourse.benchmark

@@ -470,7 +470,8 @@ def test_threading_limits_and_bad_input():
 
 
 def test_threading_benchmark_rows(monkeypatch):
-    from gpucourse import benchmark, startup
+    from gpucourse import startup
+    from gpucourse.tools import benchmark
 
     fake = startup.ThreadingResult([startup.ThreadRow("1 thread each", 1, 1, 2.0, 4.0, (2.2, 4.4)),
                                     startup.ThreadRow("auto", 0, 0, 1.0, 2.0, (1.1, 2.2))], 2, 2)

@@ -2,18 +2,21 @@
 
 Every public module pkgutil finds in the package is a row of the docstring's
 table and an entry of ``_SUBMODULES`` (so ``gpucourse.<name>`` works), and
-vice versa. Private modules (``_x``) are plumbing; the command-line tools
-(``labgen``, ``authoring``, ``benchmark``, ``gpureport``, ``train_multiworker``, ``i18n``) are listed separately, in the
-paragraph after the table.
+vice versa. Private modules (``_x``) are plumbing; the command-line tools (every module of ``tools/``, each
+with a ``gpucourse.<name>`` shim, and ``train_multiworker``) are listed separately, in the paragraph after
+the table.
 """
 
 import importlib
 import pkgutil
 import re
+from pathlib import Path
 
 import gpucourse
 
-TOOLS = {"labgen", "authoring", "benchmark", "gpureport", "train_multiworker", "i18n"}
+#: The maintainers' tools, derived from the folder (the one list), and the cluster job's script.
+MAINTAINERS = {p.stem for p in (Path(gpucourse.__file__).parent / "tools").glob("*.py") if p.stem != "__init__"}
+TOOLS = MAINTAINERS | {"train_multiworker"}
 
 
 def _found() -> set[str]:
@@ -53,6 +56,16 @@ def test_tools_exist_run_as_main_and_are_named_after_the_table():
         spec = importlib.util.find_spec(f"gpucourse.{tool}")
         assert "__main__" in open(spec.origin, encoding="utf-8").read(), f"{tool} has no __main__ entry"
         assert tool not in gpucourse._SUBMODULES
+
+
+def test_each_maintainers_tool_has_its_shim_and_nothing_else_does():
+    folder = Path(gpucourse.__file__).parent
+    shims = {m.name for m in pkgutil.iter_modules(gpucourse.__path__) if not m.ispkg
+             and "from .tools." in (folder / f"{m.name}.py").read_text(encoding="utf-8")}
+    assert shims == MAINTAINERS, f"shims {sorted(shims)} but tools {sorted(MAINTAINERS)}"
+    for tool in MAINTAINERS:
+        shim = importlib.import_module(f"gpucourse.{tool}")
+        assert shim.main is importlib.import_module(f"gpucourse.tools.{tool}").main
 
 
 def test_private_modules_are_named_in_the_docstring_but_not_exported():

@@ -175,7 +175,7 @@ def _fake_roof(monkeypatch, gpus, name, dtype_rates, gbs):
 
 
 def test_benchmark_rows_on_a_gpu_are_measured_over_the_data_sheet(monkeypatch):
-    from gpucourse import benchmark
+    from gpucourse.tools import benchmark
 
     _fake_roof(monkeypatch, ["gpu0"], "NVIDIA H100 80GB HBM3", [("float32", 50.0), ("bfloat16", 700.0)], 2680.0)
     rows = roofline.benchmark(quick=True)

@@ -40,10 +40,12 @@ helpers; each is ``gpucourse.<name>``, imported on first use:
 ``colab``              setup cell and badges for Google Colab and Kaggle
 ``grading``            in-notebook ``check()`` and the command-line grader (package)
 ``labtests``           the public tests of each lab, ``labNN.py`` (package)
+``tools``              the maintainers' tools below (package)
 =====================  =======================================================
 
 Command-line tools, run as ``python -m gpucourse.<name>`` (not attributes of
-the package): ``labgen`` generates ``labs/`` from ``solutions/``,
+the package; the maintainers' tools live in ``tools/``, each with a thin
+``gpucourse.<name>`` shim): ``labgen`` generates ``labs/`` from ``solutions/``,
 ``authoring`` builds and executes notebooks from percent-format source,
 ``benchmark`` prints the tf.data / XLA / capstone ratio table and this machine's roofline, ``gpureport``
 runs the whole course on an NVIDIA GPU and writes ``gpu-report.md`` (``make test-gpu``),
@@ -52,8 +54,8 @@ Kubernetes or Vertex AI (templates in ``docs/clusters/``), ``i18n`` builds the t
 editions (``notebooks/zh-CN/``, ``labs/zh-CN/``) from the English notebooks plus one PO file each,
 refreshes the PO files and check()'s message catalogue, and reports drift (``make zh``). Private
 plumbing (``_validate``: one argument-checking policy; ``_tf``: the one lazy
-TensorFlow import; ``_probe``: fresh-process probes; ``_simparts``) is not
-part of the public interface.
+TensorFlow import; ``_probe``: fresh-process probes; ``_simparts``; ``_labrules``:
+which helpers answer a lab item) is not part of the public interface.
 
 Modules are imported lazily so that ``import gpucourse`` never imports
 TensorFlow (and so never initialises its runtime) by itself.
@@ -97,6 +99,7 @@ _SUBMODULES = (
     "simulate",
     "startup",
     "timing",
+    "tools",
     "xla",
 )
 

@@ -38,9 +38,9 @@ def _fx_main(lab, fixtures):
             super().__init__(mapping)
             self._seen = seen
 
-        def value(self, name):
+        def lookup(self, name):
             self._seen.add(name)
-            return super().value(name)
+            return super().lookup(name)
 
     g = globals()
     public = lambda: {k: v for k, v in g.items() if not k.startswith("_")}  # noqa: E731
@@ -94,7 +94,7 @@ def run_lab(lab: str) -> dict:
     import nbformat
     from nbclient import NotebookClient
 
-    from gpucourse.grading.execute import kernel_env
+    from gpucourse.grading.grader.session import kernel_env
 
     sol = nbformat.read(solution_path(lab), as_version=4)
     cells = [nbformat.v4.new_code_cell(c.source) for c in sol.cells

@@ -130,7 +130,7 @@ def test_the_catalogue_is_complete_and_read_alike_by_the_grader_and_by_gettext_t
     import shutil
     import subprocess
 
-    from gpucourse import i18n
+    from gpucourse.tools import i18n
     from gpucourse.grading import items
 
     assert i18n.check_catalogue() == [], "run `python -m gpucourse.i18n messages` and translate what it added"

@@ -2,7 +2,7 @@
 
 import pytest
 
-from gpucourse import labgen
+from gpucourse.tools import labgen
 from gpucourse.grading.items import lab_ids, lab_test_path
 from gpucourse.grading.runner import lab_of
 

@@ -62,6 +62,7 @@ This module uses the standard library only (and :mod:`.protocol`, which does too
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
@@ -325,21 +326,24 @@ class Namespace:
     def __contains__(self, name: str) -> bool:
         return name in self._ns
 
-    def value(self, name: str):
-        """The variable ``name``; fails with a hint if the learner has not defined it."""
+    def lookup(self, name: str):
+        """The learner's object ``name`` itself; fails with a hint if the learner has not defined it."""
         if name not in self._ns:
             raise NotDefined(tr("Not attempted: `{name}` is not defined yet. Run the cell above first (the one that "
                                 "defines `{name}`, and the cells before it).", name=name))
-        obj = self._ns[name]
+        return self._ns[name]
+
+    def value(self, name: str):
+        """The variable ``name`` (plain data, or a function as :meth:`function` gives it); fails with a hint if the
+        learner has not defined it."""
+        obj = self.lookup(name)
         if self.raw:
             return obj
         return self.function(name) if callable(obj) else unpack_tuples(plain(obj, tuples=True))
 
     def function(self, name: str) -> Callable:
         """The function ``name``; fails with a hint if missing or not callable."""
-        if name not in self._ns:
-            self.value(name)  # the learner-facing "not defined yet"
-        obj = self._ns[name]
+        obj = self.lookup(name)
         if not callable(obj):
             raise Fail(tr("`{name}` should be a function, but it is a {kind}.", name=name, kind=type(obj).__name__))
         if self.raw:
@@ -355,7 +359,9 @@ class Namespace:
         """``fn(raw namespace, *args, **kwargs)`` for a function marked :func:`in_kernel`, as plain data."""
         if not is_kernel_function(fn):
             raise TypeError(f"ns.kernel runs a function marked @in_kernel, got {fn!r}")
-        return unpack_tuples(plain(fn(Namespace(self._ns, raw=True), *args, **kwargs), tuples=True))
+        view = copy.copy(self)
+        view.raw = True
+        return unpack_tuples(plain(fn(view, *args, **kwargs), tuples=True))
 
 
 @dataclass
@@ -399,6 +405,9 @@ def _error_message(exc: BaseException, test_file: str | None) -> str:
     """'Your code raised ...' when the learner's code raised; a neutral message when the check did."""
     if isinstance(exc, RaisedInKernel):
         what, where = f"{exc.type_name}: {exc}", exc.where or {}
+        if exc.spec.get("learner") is False:  # raised in the check's own code in the kernel, not in the learner's
+            return tr("The check raised {what} while testing your answer: look at what your function returns "
+                      "(type, shape, device). If it looks right, tell your instructor.", what=what)
         if not where.get("function"):
             return tr("Your code raised {what}{where}", what=what, where="")
         where = (tr(" (in `{function}`, line: {line})", function=where["function"], line=where["line"])

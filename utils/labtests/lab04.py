@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 
-from gpucourse.grading.items import Fail, expect_raised, item, outcome, tr
+from gpucourse.grading.items import Fail, expect_raised, in_kernel, item, outcome, tr
 
 # --------------------------------------------------------------------------- shared
 
@@ -73,23 +73,28 @@ def _linear_model(strategy, kernel, bias):
 # --------------------------------------------------------------------------- q1
 
 
+@in_kernel
+def _q1_observe(ns, case):
+    from gpucourse import distribute
+
+    fn = ns.function("global_batch")
+    machine = len(distribute.strategy_devices())
+    if "bad" in case:
+        return outcome(lambda: fn(_all_devices_strategy(), case["bad"]))
+    out = []
+    for strategy in _strategies():
+        got = fn(strategy, case["per"])
+        out.append({"replicas": int(strategy.num_replicas_in_sync), "got": got, "type": _type_name(got)})
+    return {"runs": out, "machine": machine}
+
+
 @item("q1", points=2, title="global_batch(strategy, per_replica) uses the strategy's replica count")
 class q1:
     def cases(rng):
         return [{"per": rng.randint(3, 70)} for _ in range(3)] + [{"bad": b} for b in (0, -rng.randint(1, 9))]
 
     def observe(ns, case):
-        from gpucourse import distribute
-
-        fn = ns.function("global_batch")
-        machine = len(distribute.strategy_devices())
-        if "bad" in case:
-            return outcome(lambda: fn(_all_devices_strategy(), case["bad"]))
-        out = []
-        for strategy in _strategies():
-            got = fn(strategy, case["per"])
-            out.append({"replicas": int(strategy.num_replicas_in_sync), "got": got, "type": _type_name(got)})
-        return {"runs": out, "machine": machine}
+        return ns.kernel(_q1_observe, case)
 
     def judge(case, seen):
         if "bad" in case:
@@ -110,6 +115,46 @@ class q1:
 # --------------------------------------------------------------------------- q2
 
 
+@in_kernel
+def _q2_observe(ns, case):
+    import numpy as np
+    import tensorflow as tf
+
+    make = ns.function("make_dataset_fn")
+    if case.get("through_strategy"):
+        strategy = _all_devices_strategy()
+        reps = int(strategy.num_replicas_in_sync)
+        gbs = case["per"] * reps
+        x = np.arange(gbs * case["rows"], dtype="float32").reshape(-1, 1)
+        dataset_fn = make(x, 3.0 * x, gbs)
+        probe = dataset_fn(tf.distribute.InputContext(num_replicas_in_sync=reps))
+        if not isinstance(probe, tf.data.Dataset):
+            return {"type": type(probe).__name__}
+        first = next(iter(strategy.distribute_datasets_from_function(dataset_fn)))
+        return {"replicas": reps, "gbs": gbs,
+                "sizes": [int(p.shape[0]) for p in strategy.experimental_local_results(first[0])]}
+    n, pipelines = case["n"], case["pipelines"]
+    x = np.arange(n, dtype="float32").reshape(n, 1) + np.float32(case["offset"])
+    fn = make(x, 3.0 * x, case["gbs"])
+    pipes = []
+    for pid in range(pipelines):
+        ctx = tf.distribute.InputContext(num_input_pipelines=pipelines, input_pipeline_id=pid,
+                                         num_replicas_in_sync=case["replicas"])
+        ds = fn(ctx)
+        if not isinstance(ds, tf.data.Dataset):
+            return {"type": type(ds).__name__}
+        batches, endless = [], False
+        for i, (xb, yb) in enumerate(ds):
+            if i >= n:  # more batches than examples: it repeats (every batch holds at least one example)
+                endless = True
+                break
+            batches.append({"x": xb.numpy().ravel().tolist(), "y": yb.numpy().ravel().tolist()})
+        pipes.append({"batches": [] if endless else batches, "endless": endless})
+        if endless:
+            break
+    return {"type": "Dataset", "pipelines": pipes}
+
+
 @item("q2", points=3, title="make_dataset_fn shards per input pipeline and batches per replica")
 class q2:
     def cases(rng):
@@ -122,42 +167,7 @@ class q2:
         return out + [{"through_strategy": True, "per": 2, "rows": 3}]
 
     def observe(ns, case):
-        import numpy as np
-        import tensorflow as tf
-
-        make = ns.function("make_dataset_fn")
-        if case.get("through_strategy"):
-            strategy = _all_devices_strategy()
-            reps = int(strategy.num_replicas_in_sync)
-            gbs = case["per"] * reps
-            x = np.arange(gbs * case["rows"], dtype="float32").reshape(-1, 1)
-            dataset_fn = make(x, 3.0 * x, gbs)
-            probe = dataset_fn(tf.distribute.InputContext(num_replicas_in_sync=reps))
-            if not isinstance(probe, tf.data.Dataset):
-                return {"type": type(probe).__name__}
-            first = next(iter(strategy.distribute_datasets_from_function(dataset_fn)))
-            return {"replicas": reps, "gbs": gbs,
-                    "sizes": [int(p.shape[0]) for p in strategy.experimental_local_results(first[0])]}
-        n, pipelines = case["n"], case["pipelines"]
-        x = np.arange(n, dtype="float32").reshape(n, 1) + np.float32(case["offset"])
-        fn = make(x, 3.0 * x, case["gbs"])
-        pipes = []
-        for pid in range(pipelines):
-            ctx = tf.distribute.InputContext(num_input_pipelines=pipelines, input_pipeline_id=pid,
-                                             num_replicas_in_sync=case["replicas"])
-            ds = fn(ctx)
-            if not isinstance(ds, tf.data.Dataset):
-                return {"type": type(ds).__name__}
-            batches, endless = [], False
-            for i, (xb, yb) in enumerate(ds):
-                if i >= n:  # more batches than examples: it repeats (every batch holds at least one example)
-                    endless = True
-                    break
-                batches.append({"x": xb.numpy().ravel().tolist(), "y": yb.numpy().ravel().tolist()})
-            pipes.append({"batches": [] if endless else batches, "endless": endless})
-            if endless:
-                break
-        return {"type": "Dataset", "pipelines": pipes}
+        return ns.kernel(_q2_observe, case)
 
     def judge(case, seen):
         if "type" in seen and seen["type"] != "Dataset":
@@ -232,6 +242,35 @@ def _mean_of_replica_means(kernel, bias, x, y, replicas):
     return total
 
 
+@in_kernel
+def _q3_observe(ns, case):
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    make = ns.function("make_train_step")
+    strategy = _all_devices_strategy()
+    n = int(strategy.num_replicas_in_sync)
+    if n < 2:
+        raise Fail(tr("this check needs at least 2 devices: run the setup cell at the top of the lab first"))
+    gbs = case["gbs"]
+    model = _linear_model(strategy, case["kernel"], case["bias"])
+    with strategy.scope():
+        optimizer = keras.optimizers.SGD(case["lr"])
+    step = make(strategy, model, optimizer, gbs)
+    data = tf.data.Dataset.from_tensor_slices((np.array(case["x"], "float32"), np.array(case["y"], "float32")))
+    batches = iter(strategy.experimental_distribute_dataset(data.batch(gbs)))
+    steps = []
+    for _ in range(2):
+        got = step(next(batches))
+        try:
+            loss = float(got)
+        except (TypeError, ValueError):
+            return {"replicas": n, "steps": steps, "unreduced": f"{type(got).__name__}: {str(got)[:120]}"}
+        steps.append({"loss": loss, "weights": [w.tolist() for w in model.get_weights()]})
+    return {"replicas": n, "steps": steps}
+
+
 @item("q3", points=3, title="make_train_step: a distributed step whose loss and update match one device")
 class q3:
     def cases(rng):
@@ -244,31 +283,7 @@ class q3:
         return out
 
     def observe(ns, case):
-        import keras
-        import numpy as np
-        import tensorflow as tf
-
-        make = ns.function("make_train_step")
-        strategy = _all_devices_strategy()
-        n = int(strategy.num_replicas_in_sync)
-        if n < 2:
-            raise Fail(tr("this check needs at least 2 devices: run the setup cell at the top of the lab first"))
-        gbs = case["gbs"]
-        model = _linear_model(strategy, case["kernel"], case["bias"])
-        with strategy.scope():
-            optimizer = keras.optimizers.SGD(case["lr"])
-        step = make(strategy, model, optimizer, gbs)
-        data = tf.data.Dataset.from_tensor_slices((np.array(case["x"], "float32"), np.array(case["y"], "float32")))
-        batches = iter(strategy.experimental_distribute_dataset(data.batch(gbs)))
-        steps = []
-        for _ in range(2):
-            got = step(next(batches))
-            try:
-                loss = float(got)
-            except (TypeError, ValueError):
-                return {"replicas": n, "steps": steps, "unreduced": f"{type(got).__name__}: {str(got)[:120]}"}
-            steps.append({"loss": loss, "weights": [w.tolist() for w in model.get_weights()]})
-        return {"replicas": n, "steps": steps}
+        return ns.kernel(_q3_observe, case)
 
     def judge(case, seen):
         import numpy as np
@@ -315,6 +330,36 @@ class q3:
 # --------------------------------------------------------------------------- q4
 
 
+@in_kernel
+def _q4_observe(ns, case):
+    import os
+
+    import tensorflow as tf
+
+    fn = ns.function("make_tf_config")
+    ports, index = case["ports"], case["index"]
+    before = os.environ.get("TF_CONFIG")
+    try:
+        result = outcome(lambda: fn(ports, index))
+    finally:
+        after = os.environ.get("TF_CONFIG")
+        if after != before:  # undo it, so this kernel does not believe it is a cluster worker
+            os.environ.pop("TF_CONFIG", None) if before is None else os.environ.__setitem__("TF_CONFIG", before)
+    seen = {"result": result, "changed_env": after != before}
+    text = result.get("value")
+    if not case.get("bad") and isinstance(text, str):
+        os.environ["TF_CONFIG"] = text
+        try:
+            resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+            seen["tf_read"] = {"cluster": resolver.cluster_spec().as_dict(),
+                               "task": [resolver.task_type, resolver.task_id]}
+        except Exception as exc:  # the judge says what TensorFlow could not read
+            seen["tf_read"] = {"error": f"{type(exc).__name__}: {exc}"[:200]}
+        finally:
+            os.environ.pop("TF_CONFIG", None) if before is None else os.environ.__setitem__("TF_CONFIG", before)
+    return seen
+
+
 @item("q4", points=2, title="make_tf_config builds a TF_CONFIG that TensorFlow reads correctly")
 class q4:
     def cases(rng):
@@ -326,32 +371,7 @@ class q4:
         return good + bad
 
     def observe(ns, case):
-        import os
-
-        import tensorflow as tf
-
-        fn = ns.function("make_tf_config")
-        ports, index = case["ports"], case["index"]
-        before = os.environ.get("TF_CONFIG")
-        try:
-            result = outcome(lambda: fn(ports, index))
-        finally:
-            after = os.environ.get("TF_CONFIG")
-            if after != before:  # undo it, so this kernel does not believe it is a cluster worker
-                os.environ.pop("TF_CONFIG", None) if before is None else os.environ.__setitem__("TF_CONFIG", before)
-        seen = {"result": result, "changed_env": after != before}
-        text = result.get("value")
-        if not case.get("bad") and isinstance(text, str):
-            os.environ["TF_CONFIG"] = text
-            try:
-                resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
-                seen["tf_read"] = {"cluster": resolver.cluster_spec().as_dict(),
-                                   "task": [resolver.task_type, resolver.task_id]}
-            except Exception as exc:  # the judge says what TensorFlow could not read
-                seen["tf_read"] = {"error": f"{type(exc).__name__}: {exc}"[:200]}
-            finally:
-                os.environ.pop("TF_CONFIG", None) if before is None else os.environ.__setitem__("TF_CONFIG", before)
-        return seen
+        return ns.kernel(_q4_observe, case)
 
     def judge(case, seen):
         ports, index = case["ports"], case["index"]

@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import math
 
-from gpucourse.grading.items import Fail, expect_raised, item, outcome, tr
+from gpucourse.grading.items import Fail, expect_raised, in_kernel, item, outcome, tr
 
 FP16_MAX = 65504.0  # (2 - 2**-10) * 2**15: float16's largest finite value
 
@@ -50,6 +50,28 @@ def _number(value):
 _COMPUTE = {"mixed_float16": "float16", "mixed_bfloat16": "bfloat16"}
 
 
+@in_kernel
+def _q1_observe(ns, case):
+    import keras
+    import numpy as np
+
+    fn = ns.function("build_mixed_classifier")
+    with _policy_guard():
+        keras.mixed_precision.set_global_policy(case["before"])
+        model = fn(case["in_dim"], case["n_classes"], case["policy"])
+        after = keras.mixed_precision.global_policy().name
+    seen = {"after": after, "type": type(model).__name__, "is_model": isinstance(model, keras.Model)}
+    if not seen["is_model"]:
+        return seen
+    seen["dense"] = [[layer.name, layer.compute_dtype] for layer in model.layers
+                     if isinstance(layer, keras.layers.Dense)]
+    seen["weights"] = sorted({w.dtype for w in model.weights})
+    out = model(np.asarray(case["x"], np.float32))
+    seen["out_dtype"] = getattr(out.dtype, "name", str(out.dtype))
+    seen["out"] = np.asarray(out, np.float64).tolist()
+    return seen
+
+
 @item("q1", points=3, title="build_mixed_classifier: 16-bit compute, float32 variables and output")
 class q1:
     def cases(rng):
@@ -61,24 +83,7 @@ class q1:
         return out
 
     def observe(ns, case):
-        import keras
-        import numpy as np
-
-        fn = ns.function("build_mixed_classifier")
-        with _policy_guard():
-            keras.mixed_precision.set_global_policy(case["before"])
-            model = fn(case["in_dim"], case["n_classes"], case["policy"])
-            after = keras.mixed_precision.global_policy().name
-        seen = {"after": after, "type": type(model).__name__, "is_model": isinstance(model, keras.Model)}
-        if not seen["is_model"]:
-            return seen
-        seen["dense"] = [[layer.name, layer.compute_dtype] for layer in model.layers
-                         if isinstance(layer, keras.layers.Dense)]
-        seen["weights"] = sorted({w.dtype for w in model.weights})
-        out = model(np.asarray(case["x"], np.float32))
-        seen["out_dtype"] = getattr(out.dtype, "name", str(out.dtype))
-        seen["out"] = np.asarray(out, np.float64).tolist()
-        return seen
+        return ns.kernel(_q1_observe, case)
 
     def judge(case, seen):
         policy, before = case["policy"], case["before"]
@@ -292,6 +297,32 @@ def _bypass() -> str:
               "(or an optimizer of your own): that bypasses all three")
 
 
+@in_kernel
+def _q3_observe(ns, case):
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    fn = ns.function("train_step")
+    model = _mlp(case["in_dim"], case["hidden"], case["n_classes"], "mixed_float16")
+    model.set_weights([np.asarray(w, np.float32) for w in case["weights"]])
+    opt = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(case["lr"]), initial_scale=case["initial"],
+                                              dynamic_growth_steps=1000)
+    loss_fn = keras.losses.SparseCategoricalCrossentropy()
+    x, y = np.asarray(case["x"], np.float32), np.asarray(case["y"], np.int32)
+    got = fn(model, opt, loss_fn, tf.constant(x), tf.constant(y))
+    try:
+        loss = float(np.asarray(got))
+    except (TypeError, ValueError):
+        loss = {"not_scalar": repr(got)[:200]}
+    after1 = [w.numpy().tolist() for w in model.trainable_variables]
+    scale1, counter1 = _scale_state(opt)
+    fn(model, opt, loss_fn, tf.constant(x * 1e6), tf.constant(y))  # inf in float16's forward pass
+    after2 = [w.numpy().tolist() for w in model.trainable_variables]
+    return {"loss": loss, "after1": after1, "scale1": scale1, "counter1": counter1, "after2": after2,
+            "scale2": _scale_state(opt)[0]}
+
+
 @item("q3", points=3, title="train_step scales the loss, applies with the LossScaleOptimizer, skips overflows")
 class q3:
     def cases(rng):
@@ -303,28 +334,7 @@ class q3:
                  "y": [rng.randrange(n_classes) for _ in range(8)]}]
 
     def observe(ns, case):
-        import keras
-        import numpy as np
-        import tensorflow as tf
-
-        fn = ns.function("train_step")
-        model = _mlp(case["in_dim"], case["hidden"], case["n_classes"], "mixed_float16")
-        model.set_weights([np.asarray(w, np.float32) for w in case["weights"]])
-        opt = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(case["lr"]), initial_scale=case["initial"],
-                                                  dynamic_growth_steps=1000)
-        loss_fn = keras.losses.SparseCategoricalCrossentropy()
-        x, y = np.asarray(case["x"], np.float32), np.asarray(case["y"], np.int32)
-        got = fn(model, opt, loss_fn, tf.constant(x), tf.constant(y))
-        try:
-            loss = float(np.asarray(got))
-        except (TypeError, ValueError):
-            loss = {"not_scalar": repr(got)[:200]}
-        after1 = [w.numpy().tolist() for w in model.trainable_variables]
-        scale1, counter1 = _scale_state(opt)
-        fn(model, opt, loss_fn, tf.constant(x * 1e6), tf.constant(y))  # inf in float16's forward pass
-        after2 = [w.numpy().tolist() for w in model.trainable_variables]
-        return {"loss": loss, "after1": after1, "scale1": scale1, "counter1": counter1, "after2": after2,
-                "scale2": _scale_state(opt)[0]}
+        return ns.kernel(_q3_observe, case)
 
     def judge(case, seen):
         import numpy as np
@@ -405,6 +415,15 @@ def _rand_matrix(rng, rows, cols, sigma):
     return [[rng.gauss(0, sigma) for _ in range(cols)] for _ in range(rows)]
 
 
+@in_kernel
+def _q4_observe(ns, case):
+    import numpy as np
+
+    fn = ns.function("max_safe_scale")
+    grads = [np.asarray(g, dtype=case.get("dtype", "float64")) for g in case["grads"]]
+    return outcome(lambda: fn(grads))
+
+
 @item("q4", points=2, title="max_safe_scale: the largest power-of-two loss scale float16 can hold")
 class q4:
     def cases(rng):
@@ -420,11 +439,7 @@ class q4:
         ]
 
     def observe(ns, case):
-        import numpy as np
-
-        fn = ns.function("max_safe_scale")
-        grads = [np.asarray(g, dtype=case.get("dtype", "float64")) for g in case["grads"]]
-        return outcome(lambda: fn(grads))
+        return ns.kernel(_q4_observe, case)
 
     def judge(case, seen):
         shown = [g if len(list(_flatten(g))) <= 4 else tr("array with max|g|={peak:.4g}",
@@ -486,6 +501,15 @@ def _describe_optimizer(opt, inner, case):
     return seen
 
 
+@in_kernel
+def _q5_observe(ns, case):
+    import keras
+
+    fn = ns.function("make_scaled_optimizer")
+    inner = keras.optimizers.SGD(case["lr"])
+    return outcome(lambda: _describe_optimizer(fn(inner, case["scale"], case["growth"]), inner, case))
+
+
 @item("q5", points=2, title="make_scaled_optimizer: dynamic or fixed loss scaling, the Keras 3 way")
 class q5:
     def cases(rng):
@@ -494,11 +518,7 @@ class q5:
                 {"scale": 2.0 ** rng.randint(6, 14), "growth": None, "lr": lr}]
 
     def observe(ns, case):
-        import keras
-
-        fn = ns.function("make_scaled_optimizer")
-        inner = keras.optimizers.SGD(case["lr"])
-        return outcome(lambda: _describe_optimizer(fn(inner, case["scale"], case["growth"]), inner, case))
+        return ns.kernel(_q5_observe, case)
 
     def judge(case, seen):
         scale, growth, lr = case["scale"], case["growth"], case["lr"]

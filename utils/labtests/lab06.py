@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 
-from gpucourse.grading.items import Fail, counted, expect_raised, item, outcome, tr
+from gpucourse.grading.items import Fail, expect_raised, in_kernel, item, outcome, tr
 
 # --------------------------------------------------------------------------- reference HLO reading
 
@@ -295,27 +295,32 @@ class q1:
 # --------------------------------------------------------------------------- q2
 
 
+@in_kernel
+def _q2_observe(ns, case):
+    import tensorflow as tf
+
+    fn = ns.function("fusion_count")
+    f, x = _build(case["fn"]), _input(case)
+    with tf.device("/CPU:0"):
+        got = fn(f, x)
+    # If the learner's fusion_count builds on count_ops (q1), q2's message says when that is the culprit.
+    helper = None
+    if "count_ops" in ns:
+        try:
+            counted = ns.value("count_ops")(_cpu_hlo(case["fn"], case, "optimized_hlo"))
+            helper = counted.get("fusion", 0) if isinstance(counted, dict) else None
+        except Exception:  # not written yet, or broken: q1 reports that
+            helper = None
+    return {"got": got, "type": type(got).__name__, "count_ops_fusions": helper}
+
+
 @item("q2", points=2, title="fusion_count counts the fusions XLA makes")
 class q2:
     def cases(rng):
         return [_function_case(rng, "softmax"), _function_case(rng, _describe(rng)), _function_case(rng, _describe(rng))]
 
     def observe(ns, case):
-        import tensorflow as tf
-
-        fn = ns.function("fusion_count")
-        f, x = _build(case["fn"]), _input(case)
-        with tf.device("/CPU:0"):
-            got = fn(f, x)
-        # If the learner's fusion_count builds on count_ops (q1), q2's message says when that is the culprit.
-        helper = None
-        if "count_ops" in ns:
-            try:
-                counted = ns.value("count_ops")(_cpu_hlo(case["fn"], case, "optimized_hlo"))
-                helper = counted.get("fusion", 0) if isinstance(counted, dict) else None
-            except Exception:  # not written yet, or broken: q1 reports that
-                helper = None
-        return {"got": got, "type": type(got).__name__, "count_ops_fusions": helper}
+        return ns.kernel(_q2_observe, case)
 
     def judge(case, seen):
         text = _cpu_hlo(case["fn"], case, "optimized_hlo")
@@ -352,6 +357,30 @@ def _q3_input(seed: int, n: int):
     return np.random.default_rng(seed).standard_normal(n).astype(np.float32)
 
 
+@in_kernel
+def _q3_observe(ns, case, ran):
+    import tensorflow as tf
+
+    from tensorflow.python.eager.polymorphic_function.polymorphic_function import Function
+
+    a, b = case["a"], case["b"]
+    ran = tf.autograph.experimental.do_not_convert(ran)
+
+    def f(x):
+        ran()  # a stand-in that tells the check each time this body runs
+        return tf.sin(x) * a + b
+
+    # Evidence the returned object cannot claim for itself: it must be TensorFlow's own tf.function class (its
+    # methods are read from the class, not from the object); and how often f's body ran is counted by the check.
+    g = ns.function("compile_any_length")(f)
+    if type(g) is not Function:
+        return {"type": type(g).__name__}
+    outputs = [g(tf.constant(_q3_input(case["seed"] + i, n))) for i, n in enumerate(case["lengths"])]
+    ir = outcome(lambda: len(Function.experimental_get_compiler_ir(g, tf.ones((5,)))(stage="hlo")))
+    return {"type": "tf.function", "outputs": outputs, "traces": Function.experimental_get_tracing_count(g),
+            "xla": "value" in ir, "xla_error": ir.get("message", "")}
+
+
 @item("q3", points=3, title="compile_any_length traces once and runs under XLA")
 class q3:
     def cases(rng):
@@ -359,27 +388,11 @@ class q3:
                  "lengths": rng.sample(range(3, 200), 4), "seed": rng.randint(0, 10**6)}]
 
     def observe(ns, case):
-        import tensorflow as tf
-
-        from tensorflow.python.eager.polymorphic_function.polymorphic_function import Function
-
-        a, b = case["a"], case["b"]
-
-        def f(x):
-            return tf.sin(x) * a + b
-
-        # Evidence the returned object cannot claim for itself: it must be TensorFlow's own tf.function class
-        # (its methods are read from the class, not from the object), and f's Python body runs once per trace,
-        # counted out of reach of the learner's code (eagerly, it runs on every call).
-        call, runs = counted(f)
-        g = ns.function("compile_any_length")(call)
-        if type(g) is not Function:
-            return {"type": type(g).__name__}
-        outputs = [g(tf.constant(_q3_input(case["seed"] + i, n))) for i, n in enumerate(case["lengths"])]
-        traces, python_runs = Function.experimental_get_tracing_count(g), runs()
-        ir = outcome(lambda: len(Function.experimental_get_compiler_ir(g, tf.ones((5,)))(stage="hlo")))
-        return {"type": "tf.function", "outputs": outputs, "traces": max(traces, python_runs), "xla": "value" in ir,
-                "xla_error": ir.get("message", "")}
+        runs = []  # f's Python body runs once per trace (eagerly: on every call); counted here, where the check runs
+        seen = ns.kernel(_q3_observe, case, lambda: runs.append(1))
+        if seen.get("type") == "tf.function":
+            seen["traces"] = max(seen["traces"], len(runs))
+        return seen
 
     def judge(case, seen):
         import numpy as np
@@ -407,6 +420,22 @@ class q3:
 # --------------------------------------------------------------------------- q4
 
 
+@in_kernel
+def _q4_observe(ns, case):
+    import numpy as np
+    import tensorflow as tf
+
+    pad = ns.function("pad_to_bucket")
+    if "too_long" in case:
+        return outcome(lambda: pad(tf.zeros((case["too_long"], 3)), case["buckets"]))
+    x = tf.constant(np.random.default_rng(case["seed"]).standard_normal(case["shape"]).astype(np.float32))
+    out = pad(x, case["buckets"])
+    if not (isinstance(out, tuple) and len(out) == 2):
+        return {"type": type(out).__name__}
+    padded = np.asarray(out[0])
+    return {"type": "pair", "shape": list(padded.shape), "values": padded, "n": out[1]}
+
+
 @item("q4", points=2, title="pad_to_bucket pads to the smallest bucket that fits")
 class q4:
     def cases(rng):
@@ -422,18 +451,7 @@ class q4:
         return out + [{"buckets": buckets, "too_long": max(buckets) + rng.randint(1, 10)}]
 
     def observe(ns, case):
-        import numpy as np
-        import tensorflow as tf
-
-        pad = ns.function("pad_to_bucket")
-        if "too_long" in case:
-            return outcome(lambda: pad(tf.zeros((case["too_long"], 3)), case["buckets"]))
-        x = tf.constant(np.random.default_rng(case["seed"]).standard_normal(case["shape"]).astype(np.float32))
-        out = pad(x, case["buckets"])
-        if not (isinstance(out, tuple) and len(out) == 2):
-            return {"type": type(out).__name__}
-        padded = np.asarray(out[0])
-        return {"type": "pair", "shape": list(padded.shape), "values": padded, "n": out[1]}
+        return ns.kernel(_q4_observe, case)
 
     def judge(case, seen):
         import numpy as np

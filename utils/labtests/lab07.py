@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 
-from gpucourse.grading.items import Fail, expect_raised, isolated, item, outcome, tr
+from gpucourse.grading.items import Fail, expect_raised, in_kernel, item, outcome, tr
 
 
 def _bound(n, stages):
@@ -37,8 +37,7 @@ def _workload(case, decode_fn=True):
     a, b = case.get("a", 2), case.get("b", 1)
     p = Pipeline(stages=(("decode", case["decode_s"]),), read_s=case.get("read_s", 0.0), step_s=case["step_s"],
                  n=case["n"], shards=case.get("shards", 1), threads=None)
-    # the decode function leads nowhere: no __globals__ of this module (see items.isolated)
-    return Workload(p, {"decode": isolated("lambda v: a * v + b", a=a, b=b)} if decode_fn else None)
+    return Workload(p, {"decode": lambda v: a * v + b} if decode_fn else None)
 
 
 def _decoded(case) -> list[int]:
@@ -132,6 +131,24 @@ class q1:
 # --------------------------------------------------------------------------- q2
 
 
+@in_kernel
+def _q2_observe(ns, case):
+    import tensorflow as tf
+
+    opts = ns.function("naive_options")()
+    seen = {"type": type(opts).__name__, "options": isinstance(opts, tf.data.Options)}
+    if not seen["options"]:
+        return seen
+    seen["inject_prefetch"] = opts.experimental_optimization.inject_prefetch
+    seen["autotune"] = opts.autotune.enabled
+    w = _workload(case)
+    ds = w.source(read=False).map(w.stage("decode")).with_options(opts)
+    w.train(ds)  # warm-up
+    seen["seconds"] = w.train(ds).seconds
+    seen["delivered"] = sorted(w.delivered)
+    return seen
+
+
 @item("q2", points=2, title="naive_options: an honest baseline without injected prefetch")
 class q2:
     def cases(rng):
@@ -139,20 +156,7 @@ class q2:
                  "a": rng.randint(2, 9), "b": rng.randint(-20, 20)}]
 
     def observe(ns, case):
-        import tensorflow as tf
-
-        opts = ns.function("naive_options")()
-        seen = {"type": type(opts).__name__, "options": isinstance(opts, tf.data.Options)}
-        if not seen["options"]:
-            return seen
-        seen["inject_prefetch"] = opts.experimental_optimization.inject_prefetch
-        seen["autotune"] = opts.autotune.enabled
-        w = _workload(case)
-        ds = w.source(read=False).map(w.stage("decode")).with_options(opts)
-        w.train(ds)  # warm-up
-        seen["seconds"] = w.train(ds).seconds
-        seen["delivered"] = sorted(w.delivered)
-        return seen
+        return ns.kernel(_q2_observe, case)
 
     def judge(case, seen):
         if not seen["options"]:
@@ -178,6 +182,32 @@ class q2:
 Q3_LIMIT = 1.3  # measured epoch / bound
 
 
+@in_kernel
+def _q3_observe(ns, case):
+    import tensorflow as tf
+
+    w = _workload(case)
+    ds = ns.function("tuned_pipeline")(w.source(), w.stage("decode"))
+    if not isinstance(ds, tf.data.Dataset):
+        return {"type": type(ds).__name__}
+    options = tf.data.Options()
+    options.experimental_optimization.inject_prefetch = False  # every overlap must be the learner's own
+    # The simulated decode waits rather than computes, like I/O or a remote call: give it threads and
+    # tell autotune it may use them. Otherwise tf.data's pool has one thread per core and AUTOTUNE
+    # sizes itself by the CPU load it sees, and a correct pipeline fails on a busy 2-core machine.
+    options.threading.private_threadpool_size = 8
+    options.autotune.cpu_budget = 8
+    ds = ds.with_options(options)
+    epochs = []
+    for _ in range(3):  # epoch 1 is a warm-up: tracing and thread start-up are not what we grade
+        before = dict(w.counts)
+        got, values = _drain(ds, w.lanes, "read")
+        after = w.counts
+        epochs.append({"got": got, "delivered": sorted(values),
+                       "reads": after["read"] - before["read"], "decodes": after["decode"] - before["decode"]})
+    return {"type": "Dataset", "epochs": epochs}
+
+
 @item("q3", points=4, title="tuned_pipeline reaches 1.3x of the bound and keeps the elements")
 class q3:
     def cases(rng):
@@ -185,28 +215,7 @@ class q3:
                  "a": rng.randint(2, 9), "b": rng.randint(-50, 50)}]
 
     def observe(ns, case):
-        import tensorflow as tf
-
-        w = _workload(case)
-        ds = ns.function("tuned_pipeline")(w.source(), w.stage("decode"))
-        if not isinstance(ds, tf.data.Dataset):
-            return {"type": type(ds).__name__}
-        options = tf.data.Options()
-        options.experimental_optimization.inject_prefetch = False  # every overlap must be the learner's own
-        # The simulated decode waits rather than computes, like I/O or a remote call: give it threads and
-        # tell autotune it may use them. Otherwise tf.data's pool has one thread per core and AUTOTUNE
-        # sizes itself by the CPU load it sees, and a correct pipeline fails on a busy 2-core machine.
-        options.threading.private_threadpool_size = 8
-        options.autotune.cpu_budget = 8
-        ds = ds.with_options(options)
-        epochs = []
-        for _ in range(3):  # epoch 1 is a warm-up: tracing and thread start-up are not what we grade
-            before = dict(w.counts)
-            got, values = _drain(ds, w.lanes, "read")
-            after = w.counts
-            epochs.append({"got": got, "delivered": sorted(values),
-                           "reads": after["read"] - before["read"], "decodes": after["decode"] - before["decode"]})
-        return {"type": "Dataset", "epochs": epochs}
+        return ns.kernel(_q3_observe, case)
 
     def judge(case, seen):
         if seen["type"] != "Dataset":
@@ -293,6 +302,28 @@ def _whole_batches_shuffled(epochs, read_index) -> bool:
     return moved
 
 
+@in_kernel
+def _q4_observe(ns, case):
+    import tensorflow as tf
+
+    from gpucourse import simulate
+
+    a, b = case["a"], case["b"]
+    decode = simulate.Stage(0.0, lambda v: a * v + b, "decode")  # costs nothing: only counts and orders matter
+    ds = ns.function("epoch_pipeline")(tf.data.Dataset.range(case["n"]), decode, case["batch"])
+    if not isinstance(ds, tf.data.Dataset):
+        return {"type": type(ds).__name__}
+    epochs = []
+    for _ in range(3):
+        sizes, order = [], []
+        for batch in ds:
+            values = batch.numpy().reshape(-1).tolist()
+            sizes.append(len(values))
+            order.extend(values)
+        epochs.append({"sizes": sizes, "order": order})
+    return {"type": "Dataset", "epochs": epochs, "decodes": decode.elements, "structure": _structure(ds)}
+
+
 @item("q4", points=3, title="epoch_pipeline decodes once, reshuffles every epoch and ends with a prefetch")
 class q4:
     def cases(rng):
@@ -301,24 +332,7 @@ class q4:
         return [{"n": n, "batch": batch, "a": rng.randint(2, 9), "b": rng.randint(-50, 50)}]
 
     def observe(ns, case):
-        import tensorflow as tf
-
-        from gpucourse import simulate
-
-        a, b = case["a"], case["b"]
-        decode = simulate.Stage(0.0, lambda v: a * v + b, "decode")  # costs nothing: only counts and orders matter
-        ds = ns.function("epoch_pipeline")(tf.data.Dataset.range(case["n"]), decode, case["batch"])
-        if not isinstance(ds, tf.data.Dataset):
-            return {"type": type(ds).__name__}
-        epochs = []
-        for _ in range(3):
-            sizes, order = [], []
-            for batch in ds:
-                values = batch.numpy().reshape(-1).tolist()
-                sizes.append(len(values))
-                order.extend(values)
-            epochs.append({"sizes": sizes, "order": order})
-        return {"type": "Dataset", "epochs": epochs, "decodes": decode.elements, "structure": _structure(ds)}
+        return ns.kernel(_q4_observe, case)
 
     def judge(case, seen):
         n, batch, a, b = case["n"], case["batch"], case["a"], case["b"]
@@ -369,6 +383,34 @@ class q4:
 NOISE = 1000  # augment(v) = NOISE * v + a random offset in [0, NOISE)
 
 
+@in_kernel
+def _q5_observe(ns, case):
+    import random
+
+    import tensorflow as tf
+
+    from gpucourse import simulate
+
+    a, b = case["a"], case["b"]
+    noise = random.Random()  # the augmentation's own randomness, fresh at every call
+    decode = simulate.Stage(0.0, lambda v: a * v + b, "decode")
+    augment = simulate.Stage(0.0, lambda v: NOISE * v + noise.randrange(NOISE), "augment")
+    fn = ns.function("augmented_pipeline")
+    ds = fn(tf.data.Dataset.range(case["n"]), decode, augment, case["batch"])
+    if not isinstance(ds, tf.data.Dataset):
+        return {"type": type(ds).__name__}
+    epochs = []
+    for _ in range(3):
+        sizes, order = [], []
+        for element in ds:
+            values = element.numpy().reshape(-1).tolist()
+            sizes.append(len(values))
+            order.extend(values)
+        epochs.append({"sizes": sizes, "order": order})
+    return {"type": "Dataset", "epochs": epochs, "decodes": decode.elements, "augments": augment.elements,
+            "structure": _structure(ds)}
+
+
 @item("q5", points=2, title="augmented_pipeline decodes once and augments afresh every epoch")
 class q5:
     def cases(rng):
@@ -377,30 +419,7 @@ class q5:
         return [{"n": n, "batch": batch, "a": rng.randint(2, 9), "b": rng.randint(-50, 50)}]
 
     def observe(ns, case):
-        import random
-
-        import tensorflow as tf
-
-        from gpucourse import simulate
-
-        a, b = case["a"], case["b"]
-        noise = random.Random()  # the augmentation's own randomness, fresh at every call
-        decode = simulate.Stage(0.0, lambda v: a * v + b, "decode")
-        augment = simulate.Stage(0.0, lambda v: NOISE * v + noise.randrange(NOISE), "augment")
-        fn = ns.function("augmented_pipeline")
-        ds = fn(tf.data.Dataset.range(case["n"]), decode, augment, case["batch"])
-        if not isinstance(ds, tf.data.Dataset):
-            return {"type": type(ds).__name__}
-        epochs = []
-        for _ in range(3):
-            sizes, order = [], []
-            for element in ds:
-                values = element.numpy().reshape(-1).tolist()
-                sizes.append(len(values))
-                order.extend(values)
-            epochs.append({"sizes": sizes, "order": order})
-        return {"type": "Dataset", "epochs": epochs, "decodes": decode.elements, "augments": augment.elements,
-                "structure": _structure(ds)}
+        return ns.kernel(_q5_observe, case)
 
     def judge(case, seen):
         n, batch, a, b = case["n"], case["batch"], case["a"], case["b"]

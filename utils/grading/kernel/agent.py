@@ -230,7 +230,8 @@ def _describe(exc: BaseException, plain) -> dict:
             where = {"function": f.name, "line": (f.line or "").strip()}
     except Exception:  # noqa: BLE001
         where = None
-    return plain({"type": type(exc).__name__, "mro": mro, "message": message[:1000], "where": where})
+    return plain({"type": type(exc).__name__, "mro": mro, "message": message[:1000], "where": where,
+                  "learner": where is not None})
 
 
 def _is_learners(filename: str, roots: tuple) -> bool:

@@ -12,10 +12,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from gpucourse import i18n
+from gpucourse.tools import i18n
 from gpucourse.colab import colab_url, kaggle_url
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "i18n"
 TINY = "notebooks/01_tiny.ipynb"
 TINY_PO = "notebooks/zh-CN/01_tiny.po"

@@ -8,9 +8,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from gpucourse import gpureport
+from gpucourse.tools import gpureport
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 JUNIT = ROOT / "tests" / "fixtures" / "junit_nbval_and_grader.xml"  # real pytest + nbval output
 
 

@@ -6,7 +6,7 @@ import types
 
 import pytest
 
-from gpucourse import benchmark
+from gpucourse.tools import benchmark
 
 
 def _fake(monkeypatch, name, rows=None, exc=None):
