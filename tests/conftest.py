@@ -16,7 +16,7 @@ os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 
 #: Fixture notebooks are data for the tests that read them (the similarity batch, the i18n drift test), not
 #: notebooks to run: nbval would start a kernel for each, and check nothing a test does not already check.
-collect_ignore_glob = ["fixtures/**/*.ipynb", "grading/fixtures/**/*.ipynb"]
+collect_ignore_glob = ["fixtures/**/*.ipynb", "grading/fixtures/**/*.ipynb", "tools/fixtures/**/*.ipynb"]
 
 
 @pytest.fixture(scope="session")

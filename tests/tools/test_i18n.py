@@ -2,7 +2,7 @@
 
 The drift test runs over the real editions (every ``notebooks/zh-CN/*.po`` and ``labs/zh-CN/*.po``,
 notebook 01 and lab 01 so far) without a kernel: it compares texts and stored outputs. The unit
-tests use the tiny fixture in ``tests/fixtures/i18n`` (an English notebook, its PO file and its built
+tests use the tiny fixture in ``tests/tools/fixtures/i18n`` (an English notebook, its PO file and its built
 edition), copied to a temporary folder and changed there.
 """
 
