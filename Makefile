@@ -23,7 +23,7 @@ COLAB_PY    := $(COLAB_VENV)/bin/python
 COLAB_STAMP := $(COLAB_VENV)/.installed
 # What test-colab runs: the tutorials under nbval, every lab and solution through the grader, and
 # the check that this really is Colab's stack.
-COLAB_TESTS ?= notebooks tests/grading/test_grade_solutions.py tests/grading/test_grade_labs.py \
+COLAB_TESTS ?= notebooks tests/grading/grader/test_grade_solutions.py tests/grading/grader/test_grade_labs.py \
                tests/test_packaging.py::test_this_is_colabs_stack
 
 export TF_CPP_MIN_LOG_LEVEL ?= 2

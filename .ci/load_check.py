@@ -6,10 +6,10 @@ machine. This script checks it: it starts ``--burners`` CPU-burning processes (`
 always killed on the way out), and for each item of ``--items`` (by default lab 07 q3 and lab 08 q4):
 
 * one fresh kernel executes the lab's solution (its code cells without the ``check(...)`` calls, as
-  ``tests/grading/item_fixtures.py`` does), then, with the burners running,
+  ``tests/labtests/item_fixtures.py`` does), then, with the burners running,
 * runs the item on the solution ``--runs`` times, each time with fresh random cases, the way ``check()``
   and the grader run it (``make_cases`` -> ``observe_item`` -> ``judge_item``), and
-* runs it once on every wrong-answer fixture of that item (``tests/grading/fixtures/labNN/<item>_*.py``,
+* runs it once on every wrong-answer fixture of that item (``tests/labtests/fixtures/labNN/<item>_*.py``,
   executed on top of the solution, the kernel's globals restored afterwards), comparing the verdict with
   the fixture's golden ``.expected.json``.
 

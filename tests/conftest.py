@@ -16,7 +16,7 @@ os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 
 #: Fixture notebooks are data for the tests that read them (the similarity batch, the i18n drift test), not
 #: notebooks to run: nbval would start a kernel for each, and check nothing a test does not already check.
-collect_ignore_glob = ["fixtures/**/*.ipynb", "grading/fixtures/**/*.ipynb", "tools/fixtures/**/*.ipynb"]
+collect_ignore_glob = ["fixtures/**/*.ipynb", "labtests/fixtures/**/*.ipynb", "tools/fixtures/**/*.ipynb"]
 
 
 @pytest.fixture(scope="session")
@@ -50,8 +50,8 @@ def _gpu_count() -> int:
 #: idle at the end (the Makefile passes --no-loadscope-reorder, so xdist keeps this order; its own order,
 #: by number of tests, started the 9-tutorial browser run late). Within a group, and for every other file,
 #: collection order.
-LONGEST_FIRST = ("tests/test_browser.py", "notebooks/", "tests/grading/test_item_fixtures", "tests/grading/test_grade_",
-                 "tests/grading/test_attacks")
+LONGEST_FIRST = ("tests/test_browser.py", "notebooks/", "tests/labtests/test_item_fixtures", "tests/grading/grader/test_grade_",
+                 "tests/grading/grader/test_attacks")
 
 
 def _start_rank(item) -> int:

@@ -96,7 +96,7 @@ def test_labs_and_solutions_run_once_through_the_grader():
     ini = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
     assert "notebooks" in ini["testpaths"], "nbval must run every tutorial"
     assert "labs" not in ini["testpaths"] and "solutions" not in ini["testpaths"], \
-        "labs and solutions already run in tests/grading/test_grade_labs.py and tests/grading/test_grade_solutions.py"
+        "labs and solutions already run in tests/grading/grader/test_grade_labs.py and tests/grading/grader/test_grade_solutions.py"
     for name in ("test_grade_labs.py", "test_grade_solutions.py"):
         assert (ROOT / "tests" / "grading" / name).is_file(), f"tests/grading/{name} is what executes them: it must exist"
 

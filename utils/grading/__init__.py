@@ -22,7 +22,7 @@ Grader side (``gpucourse-grade``, :mod:`.cli`), modelled on nbgrader's and otter
 * :mod:`.similarity`: similar submissions in a batch (copydetect's winnowing fingerprints), written to
   ``similarity.csv`` and ``similarity.html`` for a human; never a score;
 * :mod:`.gradescope`: the Gradescope bundle and ``results.json``;
-* :mod:`.benchmark`: seconds per submission (``python -m gpucourse.grading.benchmark``).
+* :mod:`.benchmark`: seconds per submission (``python -m gpucourse.grading.grader.benchmark``).
 """
 
 from .checker import Checker

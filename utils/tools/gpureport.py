@@ -137,7 +137,7 @@ def plan(python: str, out: Path, jobs: int = 2) -> list[Step]:
         Step("tutorials (nbval)", pytest + ["notebooks", f"--junitxml={out / 'tutorials.xml'}"], env,
              str(out / "tutorials.xml")),
         Step("labs and solutions (the grader)",
-             pytest + ["tests/grading/test_grade_solutions.py", "tests/grading/test_grade_labs.py",
+             pytest + ["tests/grading/grader/test_grade_solutions.py", "tests/grading/grader/test_grade_labs.py",
                        f"--junitxml={out / 'labs.xml'}"], env, str(out / "labs.xml")),
         Step("GPU-only tests", pytest + ["tests", "-m", "gpu", f"--junitxml={out / 'gpu-tests.xml'}"], env,
              str(out / "gpu-tests.xml")),

@@ -189,7 +189,7 @@ def _status(row: dict) -> str:
 
 
 def results_json(report, hidden_visibility: str = "after_due_date") -> dict:
-    """Gradescope's results.json for a :class:`~gpucourse.grading.report.GradeReport`."""
+    """Gradescope's results.json for a :class:`~gpucourse.grading.grader.report.GradeReport`."""
     tests = []
     for r in report.items:
         hidden = r.get("source", "public") != "public"

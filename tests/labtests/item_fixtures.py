@@ -1,6 +1,6 @@
 """Run wrong-answer fixtures against a lab's items: one kernel per lab, golden verdicts beside each fixture.
 
-A fixture is ``tests/grading/fixtures/labNN/<item>_<what>.py``: Python source
+A fixture is ``tests/labtests/fixtures/labNN/<item>_<what>.py``: Python source
 that is executed on top of the lab's *solution* (its functions already
 defined), usually redefining one function with a classic mistake. Beside it,
 ``<same name>.expected.json`` holds the golden verdict::

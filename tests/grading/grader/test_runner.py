@@ -7,12 +7,12 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from gpucourse.grading.cli import main as cli_main
+from gpucourse.grading.grader.cli import main as cli_main
 from gpucourse.grading.items import items_in
-from gpucourse.grading.runner import grade_notebook
+from gpucourse.grading.grader.runner import grade_notebook
 from gpucourse.labtests import lab01, lab02
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 #: Lab 01's points per item, read from its tests (so adding an item does not break these tests).
 POINTS = {spec.key: spec.points for spec, _ in items_in(lab01)}
 FULL = sum(POINTS.values())

@@ -12,11 +12,11 @@ import gpucourse
 
 from gpucourse.colab import SETUP_CELL
 from gpucourse.grading.channel import Record
-from gpucourse.grading.integrity import (ANSWER_HELPERS, answer_helpers, assess, guard_config, helper_items,
+from gpucourse.grading.grader.flags import (ANSWER_HELPERS, answer_helpers, assess, guard_config, helper_items,
                                          scan_source)
 from gpucourse.grading.items import items_in, lab_ids, lab_test_path, load_test_file
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _flags(*cells, **kw):
@@ -109,7 +109,7 @@ def test_a_test_files_helper_that_does_not_resolve_is_refused(tmp_path, listed, 
 
 
 def test_the_cli_refuses_a_hidden_test_with_a_misspelt_helper(tmp_path, capsys):
-    from gpucourse.grading.cli import main
+    from gpucourse.grading.grader.cli import main
 
     hidden = tmp_path / "hidden.py"
     hidden.write_text("ANSWER_HELPERS = {'h1': ['gpucourse.distribute.visible_gpu_ids']}\n")

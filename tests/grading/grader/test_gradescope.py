@@ -13,14 +13,14 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from gpucourse.grading import sandbox
-from gpucourse.grading.cli import main as cli_main
-from gpucourse.grading.gradescope import build_bundle, results_json, run
+from gpucourse.grading.grader import sandbox
+from gpucourse.grading.grader.cli import main as cli_main
+from gpucourse.grading.grader.gradescope import build_bundle, results_json, run
 from gpucourse.grading.items import items_in
-from gpucourse.grading.report import GradeReport
+from gpucourse.grading.grader.report import GradeReport
 from gpucourse.labtests import lab02
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 HIDDEN = Path(__file__).resolve().parent / "attacks" / "hidden_inline.py"
 
 
@@ -140,7 +140,7 @@ def test_run_autograder_in_gradescope_layout(tmp_path, bundle):
         if kind == "unsolved":  # the learner's late process is dead before results.json is written
             time.sleep(2)
             assert json.loads((root / "results" / "results.json").read_text()) == got[kind]
-            check = subprocess.run([sys.executable, "-m", "gpucourse.grading.cli", "verify", str(root / "results")],
+            check = subprocess.run([sys.executable, "-m", "gpucourse.grading.grader.cli", "verify", str(root / "results")],
                                    env=env, capture_output=True, text=True, timeout=60)
             assert check.returncode == 0, check.stdout
     if os.geteuid() == 0 and not sandbox.probe("bubblewrap"):  # as on Gradescope: the kernel ran as another user

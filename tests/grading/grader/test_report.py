@@ -1,6 +1,6 @@
-"""gpucourse.grading.report: the report's JSON round trip, its integrity line and the learner's table."""
+"""gpucourse.grading.grader.report: the report's JSON round trip, its integrity line and the learner's table."""
 
-from gpucourse.grading.report import STATUSES, GradeReport
+from gpucourse.grading.grader.report import STATUSES, GradeReport
 
 
 def _items():

@@ -1,13 +1,13 @@
-"""gpucourse.grading.seal and `gpucourse-grade verify`: a change to the results after grading is named."""
+"""gpucourse.grading.grader.manifest and `gpucourse-grade verify`: a change to the results after grading is named."""
 
 import json
 
 import pytest
 
-from gpucourse.grading.cli import main as cli_main
-from gpucourse.grading.gradebook import write_gradebook
-from gpucourse.grading.report import GradeReport
-from gpucourse.grading.seal import MANIFEST, key_path, seal, verify
+from gpucourse.grading.grader.cli import main as cli_main
+from gpucourse.grading.grader.gradebook import write_gradebook
+from gpucourse.grading.grader.report import GradeReport
+from gpucourse.grading.grader.manifest import MANIFEST, key_path, seal, verify
 
 
 @pytest.fixture(autouse=True)

@@ -1,6 +1,6 @@
 """The grader's side of items: tests loaded once, secret cases, verdicts, and when TensorFlow is warmed up."""
 
-from gpucourse.grading import judge
+from gpucourse.grading.grader import judge
 from gpucourse.grading.items import lab_test_path
 
 TESTS = '''

@@ -1,4 +1,4 @@
-"""Similar submissions (gpucourse.grading.similarity): a renamed copy is found, independent work and the
+"""Similar submissions (gpucourse.grading.grader.similarity): a renamed copy is found, independent work and the
 lab's template are not, the report never touches a score, and a missing copydetect never stops grading.
 
 The fixtures in ``fixtures/similarity/`` are lab 03 submissions: ``alice`` (her own solution), ``bob``
@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from gpucourse.grading import similarity
-from gpucourse.grading.runner import find_template
-from gpucourse.grading.similarity import (CSV_NAME, DEFAULT_THRESHOLD, HTML_NAME, SOLUTION, find_similar,
+from gpucourse.grading.grader import similarity
+from gpucourse.grading.grader.runner import find_template
+from gpucourse.grading.grader.similarity import (CSV_NAME, DEFAULT_THRESHOLD, HTML_NAME, SOLUTION, find_similar,
                                           find_solution, notebook_cells, write_similarity)
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "similarity"
@@ -150,9 +150,9 @@ def test_a_failure_in_the_report_never_raises(tmp_path, monkeypatch):
 def test_a_batch_gets_the_report_and_the_same_gradebook_as_without_it(tmp_path):
     """One real batch (two kernels): the pair is in the sealed results, and every other file is byte for byte
     what the gradebook writer makes of the same rows without the similarity step."""
-    from gpucourse.grading.cli import grade_batch
-    from gpucourse.grading.gradebook import write_gradebook
-    from gpucourse.grading.seal import MANIFEST, verify
+    from gpucourse.grading.grader.cli import grade_batch
+    from gpucourse.grading.grader.gradebook import write_gradebook
+    from gpucourse.grading.grader.manifest import MANIFEST, verify
 
     subs = tmp_path / "subs"
     subs.mkdir()
@@ -178,7 +178,7 @@ def test_a_batch_gets_the_report_and_the_same_gradebook_as_without_it(tmp_path):
 
 @pytest.mark.parametrize("bad", ["1.5", "-0.1", "nan"])
 def test_the_cli_refuses_a_threshold_outside_0_to_1(tmp_path, capsys, bad):
-    from gpucourse.grading.cli import main as cli_main
+    from gpucourse.grading.grader.cli import main as cli_main
 
     with pytest.raises(SystemExit):
         cli_main([str(tmp_path), "--lab", "03", "--similarity-threshold", bad])

@@ -1,4 +1,4 @@
-"""gpucourse.grading.sandbox: what a graded kernel can reach, and that nothing it started survives.
+"""gpucourse.grading.grader.sandbox: what a graded kernel can reach, and that nothing it started survives.
 
 Plain Python kernels (no TensorFlow), one per test. The kernel reports what it saw by raising it:
 the sandbox lets it write nowhere the test could read.
@@ -11,7 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from gpucourse.grading import sandbox
+from gpucourse.grading.grader import sandbox
 from gpucourse.grading.execute import Cell, run_cells
 
 #: A double fork into a new session that also drops its environment (and with it the run's token).

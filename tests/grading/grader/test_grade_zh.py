@@ -11,9 +11,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from gpucourse.grading.runner import grade_notebook
+from gpucourse.grading.grader.runner import grade_notebook
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 NAME = "01_device_detection.ipynb"
 BREAK = '''
 def visible_gpu_count(value, physical):

@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from gpucourse.grading.cli import main as cli_main
-from gpucourse.grading.gradebook import CANVAS_IDENTITY, canvas_csv, write_gradebook
-from gpucourse.grading.report import GradeReport
+from gpucourse.grading.grader.cli import main as cli_main
+from gpucourse.grading.grader.gradebook import CANVAS_IDENTITY, canvas_csv, write_gradebook
+from gpucourse.grading.grader.report import GradeReport
 
 
 def _row(learner, lab, status, score, max_score=10, flags=(), tampering=(), withheld=False):

@@ -4,7 +4,7 @@ import pytest
 
 from gpucourse.tools import labgen
 from gpucourse.grading.items import lab_ids, lab_test_path
-from gpucourse.grading.runner import lab_of
+from gpucourse.grading.grader.runner import lab_of
 
 
 def test_every_lab_has_tests_and_notebooks(root):

@@ -36,11 +36,11 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from gpucourse.grading.report import GradeReport
-from gpucourse.grading.runner import grade_notebook
-from gpucourse.grading.seal import verify
+from gpucourse.grading.grader.report import GradeReport
+from gpucourse.grading.grader.runner import grade_notebook
+from gpucourse.grading.grader.manifest import verify
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 ATTACKS = Path(__file__).resolve().parent / "attacks"
 FILES = sorted(p for p in ATTACKS.glob("*.py") if p.with_suffix(".expected.json").is_file())
 
@@ -144,14 +144,14 @@ def grade_in_batch(sub: Path, want: dict, tmp_path: Path) -> GradeReport:
         out = Path(tempfile.mkdtemp(dir=batch["out_in"])) / "out"
         out.parent.chmod(0o755)
     try:
-        cmd = [sys.executable, "-m", "gpucourse.grading.cli", "subs", "--lab", want.get("lab", "01"),
+        cmd = [sys.executable, "-m", "gpucourse.grading.grader.cli", "subs", "--lab", want.get("lab", "01"),
                "--out", str(out) if batch.get("out_in") else "out", "--jobs", "1", "--timeout", "240"]
         done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400)
         assert done.returncode == 0, done.stdout + done.stderr
         book = (out / "gradebook.json").read_text()
         time.sleep(batch.get("wait_s", 4))  # what a surviving process would have used to rewrite the results
         assert (out / "gradebook.json").read_text() == book, "the gradebook changed after grading"
-        check = subprocess.run([sys.executable, "-m", "gpucourse.grading.cli", "verify", str(out)], cwd=tmp_path,
+        check = subprocess.run([sys.executable, "-m", "gpucourse.grading.grader.cli", "verify", str(out)], cwd=tmp_path,
                                env=env, capture_output=True, text=True, timeout=60)
         assert check.returncode == 0 and "ok " in check.stdout, check.stdout + check.stderr
         for name in batch.get("absent", []):

@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from gpucourse.grading.runner import grade_notebook
+from gpucourse.grading.grader.runner import grade_notebook
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SOLUTIONS = sorted((ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
 
 
