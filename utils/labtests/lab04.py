@@ -13,9 +13,9 @@ q3 feeds global batches that do not split evenly over the replicas, so only a
 loss divided by the global batch size passes. q5 kills a training run after a
 random step, restarts it on fresh weights and other data, and compares the
 final weights with an uninterrupted run. Under the grader the first run is a
-real process (``ns.worker``: the submission's cells run again in a fresh
-process, see :mod:`gpucourse.grading.kernel_standby`) killed with SIGKILL, so
-only what it saved on disk survives; ``check()`` simulates the kill with an
+real process (``ns.fresh_process()``: the submission's cells run again in a
+second kernel) killed with SIGKILL from ``on_step``, which runs in the grader,
+so only what it saved on disk survives; ``check()`` simulates the kill with an
 exception from ``on_step`` that ``except Exception`` cannot catch.
 Every message goes through ``tr`` (the zh_CN catalogue, ``grading/locale/zh_CN.po``).
 """
@@ -450,87 +450,86 @@ def _fresh_run(strategy, case, kernel, bias, targets="y"):
     return model, optimizer, _train_step(strategy, model, optimizer, case["gbs"]), data.batch(case["gbs"])
 
 
-#: Seconds q5's first run may take in its worker process, the submission's cells included.
+#: Seconds q5's first run may take in its fresh process, the submission's cells included.
 FIRST_RUN_S = 90.0
 
 
-def _first_launch(variables, args, report):
-    """In a fresh worker process, after the submission's cells: q5's first run, killed after step ``crash_at``.
+@in_kernel
+def _q5_folder(ns):
+    """A new checkpoint folder that the graded kernel and its fresh process both see: under the grader, the
+    kernel's working folder (its scratch folder, shared like a job's disk); in check(), a temporary folder."""
+    import os
+    import tempfile
 
-    The standby (:mod:`gpucourse.grading.kernel_standby`) kills this process with SIGKILL the moment it
-    reads the report of that step; ``on_step`` waits for it, so no further step runs.
-    """
-    import time
+    return tempfile.mkdtemp(prefix="gpucourse-lab04-", dir=os.getcwd() if os.environ.get("GPUCOURSE_GRADING") else None)
 
-    from gpucourse.grading.items import plain
 
+@in_kernel
+def _q5_remove(ns, folder):
+    import shutil
+
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@in_kernel
+def _q5_launch(ns, case, folder, on_step, restart):
+    """One launch of q5's training: the first (on the case's weights and targets) or the restart (other initial
+    weights, other targets after the checkpoint). Returns the losses and the final weights."""
     from gpucourse import distribute
 
-    case, fn = args["case"], variables.get("train_resumable")
-    if not callable(fn):
-        report(["missing"])
-        return
+    fn = ns.function("train_resumable")
     strategy = distribute.mirrored_strategy(distribute.strategy_devices()[:2])
-    model, optimizer, step_fn, data = _fresh_run(strategy, case, case["kernel"], case["bias"])
+    model, optimizer, step_fn, data = (_fresh_run(strategy, case, case["fresh_kernel"], case["bias"], "y_restart")
+                                       if restart else _fresh_run(strategy, case, case["kernel"], case["bias"]))
+    losses = fn(strategy, model, optimizer, step_fn, data, case["steps"], folder, case["save_every"], on_step)
+    return {"losses": losses, "weights": [w.tolist() for w in model.get_weights()]}
 
-    def on_step(k):
-        report(["step", plain(k)])
-        if k == case["crash_at"]:
-            time.sleep(3600)
 
+def _first_run_killed(ns, case, folder) -> dict:
+    """The grader's first run: a fresh process that runs the submission's cells again, killed with SIGKILL from
+    ``on_step`` (which runs here, in the grader) the moment the run reports step ``crash_at``."""
+    from gpucourse.grading.items import KernelLost, ProcessKilled, RaisedInKernel
+
+    steps = []
     try:
-        fn(strategy, model, optimizer, step_fn, data, case["steps"], args["folder"], case["save_every"], on_step)
-    except BaseException as exc:  # noqa: BLE001 (the learner's error, for the message)
-        report(["raised", f"{type(exc).__name__}: {exc}"[:300]])
-        return
-    report(["returned"])
+        with ns.fresh_process() as first:
+            def on_step(k):
+                steps.append(k)
+                if k == case["crash_at"]:
+                    first.kill()
+
+            first.kernel(_q5_launch, case, folder, on_step, False)
+            return {"first": "finished", "first_steps": steps, "first_error": ""}
+    except ProcessKilled:
+        return {"first": "killed", "first_steps": steps, "first_error": ""}
+    except RaisedInKernel as exc:
+        if exc.type_name == "NotDefined":
+            return {"first": "missing", "first_steps": steps, "first_error": ""}
+        return {"first": "raised", "first_steps": steps, "first_error": f"{exc.type_name}: {exc}"[:300]}
+    except KernelLost as exc:
+        return {"first": "died", "first_steps": steps, "first_error": str(exc)[:300]}
 
 
-def _first_run_killed(worker, case, folder) -> dict:
-    """The grader's first run: a fresh process that runs the submission again and is killed after ``crash_at``."""
-    answer = worker(_first_launch, {"case": case, "folder": folder}, ["step", case["crash_at"]], FIRST_RUN_S)
-    reports = [r for r in answer["reports"] if isinstance(r, list) and r]
-    steps = [r[1] for r in reports if r[0] == "step" and len(r) == 2]
-    said = {r[0]: r[1:] for r in reports}
-    lines = [line for line in str(answer.get("log", "")).splitlines() if line.strip()]
-    error = lines[-1][:300] if lines else ""  # the end of what the process printed says why it ended
-    if answer["ended"] == "killed":
-        first, error = "killed", ""
-    elif "missing" in said:
-        first = "missing"
-    elif "raised" in said:
-        first, error = "raised", str(said["raised"][0]) if said["raised"] else ""
-    elif "returned" in said:
-        first, error = "finished", ""
-    elif answer["ended"] == "timeout":
-        first = "timeout"
-    else:
-        first, error = "died", f"{answer['ended']}; {error or '-'}"
-    return {"first": first, "first_steps": steps, "first_error": error}
-
-
-def _first_run_simulated(fn, case, folder) -> dict:
+@in_kernel
+def _first_run_simulated(ns, case, folder) -> dict:
     """check()'s first run, in this kernel: on_step raises after ``crash_at`` (a BaseException)."""
     import numpy as np
 
-    from gpucourse.grading.items import counted, plain
-
     from gpucourse import distribute
 
+    fn = ns.function("train_resumable")
     strategy = distribute.mirrored_strategy(distribute.strategy_devices()[:2])  # 2 replicas are enough here
     model, optimizer, step_fn, data = _fresh_run(strategy, case, case["kernel"], case["bias"])
     first_steps, at_kill = [], []
 
     def fail_after(k):
-        first_steps.append(plain(k))
+        first_steps.append(k)
         if k == case["crash_at"]:
             at_kill.extend(v.numpy().copy() for v in model.variables + optimizer.variables)
             raise _WorkerKilled(f"simulated failure after step {k}")
 
-    # on_step reaches neither this log nor the model through __closure__ (see counted)
-    on_step, _ = counted(fail_after)
     try:
-        fn(strategy, model, optimizer, step_fn, data, case["steps"], folder, case["save_every"], on_step)
+        fn(strategy, model, optimizer, step_fn, data, case["steps"], folder, case["save_every"], fail_after)
         first = "finished"
     except _WorkerKilled:
         first = "killed"
@@ -540,8 +539,7 @@ def _first_run_simulated(fn, case, folder) -> dict:
     return {"first": first, "first_steps": first_steps, "first_error": ""}
 
 
-@item("q5", points=3, title="train_resumable: resume after a worker failure with the same final weights",
-      worker=True)
+@item("q5", points=3, title="train_resumable: resume after a worker failure with the same final weights")
 class q5:
     def cases(rng):
         out = []
@@ -560,32 +558,20 @@ class q5:
         return out
 
     def observe(ns, case):
-        import shutil
-        import tempfile
-
-        from gpucourse.grading.items import counted, plain
-
-        from gpucourse import distribute
-
-        fn = ns.function("train_resumable")
-        folder = tempfile.mkdtemp(prefix="gpucourse-lab04-")
+        ns.function("train_resumable")  # not defined yet: not attempted
+        folder = ns.kernel(_q5_folder)
         try:
-            if ns.worker is not None:  # the grader: a real process, killed with SIGKILL
-                first = _first_run_killed(ns.worker, case, folder)
+            if ns.fresh_process is not None:  # the grader: a real process, killed with SIGKILL
+                first = _first_run_killed(ns, case, folder)
             else:  # check(): the kill simulated in this kernel
-                first = _first_run_simulated(fn, case, folder)
+                first = ns.kernel(_first_run_simulated, case, folder)
             # The restart: a new process would build everything again, from *other* initial weights, and here
-            # the data after the checkpoint differs too.
-            strategy = distribute.mirrored_strategy(distribute.strategy_devices()[:2])
-            model, optimizer, step_fn, data = _fresh_run(strategy, case, case["fresh_kernel"], case["bias"],
-                                                         "y_restart")
+            # the data after the checkpoint differs too. on_step runs here, where the check runs.
             second_steps = []
-            losses = fn(strategy, model, optimizer, step_fn, data, case["steps"], folder, case["save_every"],
-                        counted(lambda k: second_steps.append(plain(k)))[0])
-            return {**first, "second_steps": second_steps, "losses": plain(losses),
-                    "weights": [w.tolist() for w in model.get_weights()]}
+            end = ns.kernel(_q5_launch, case, folder, second_steps.append, True)
+            return {**first, "second_steps": second_steps, "losses": end["losses"], "weights": end["weights"]}
         finally:
-            shutil.rmtree(folder, ignore_errors=True)
+            ns.kernel(_q5_remove, folder)
 
     def judge(case, seen):
         import numpy as np

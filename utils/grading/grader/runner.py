@@ -264,8 +264,9 @@ class _FreshProcess:
     """
 
     def __init__(self, workdir, box, listener, env, cells, timeout, kernel_name, texts, ns, modules, registry):
-        self.session = KernelSession(workdir, box, listener, env, cells, timeout, kernel_name, modules=texts,
-                                     tripwire=False)
+        left = max(1.0, ns._clock.deadline - time.monotonic())  # its cells count against the item's time
+        self.session = KernelSession(workdir, box, listener, env, cells, min(timeout, left), kernel_name,
+                                     modules=texts, tripwire=False)
         self.ns, self.modules, self.registry = ns, modules, registry
 
     def __enter__(self):
