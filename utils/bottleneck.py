@@ -35,6 +35,7 @@ from typing import Mapping, Sequence
 
 from . import _validate
 from .profiling import TraceEvent, _is_step, _union_us, load_trace, parse_trace
+from ._labrules import answers
 
 __all__ = ["CATEGORIES", "GPU_PLANE", "GROUPS", "INPUT_BOUND_SHARE", "STREAM_LINE", "StepTable", "Verdict",
            "classify", "format_rows", "group_shares", "profiler_step_table", "take_minimum", "trace_step_table"]
@@ -92,6 +93,7 @@ def _row_times(row, where: str) -> tuple[float, dict[str, float]]:
     return times.pop(STEP_TIME), times
 
 
+@answers('08', 'q5')
 def group_shares(rows) -> dict[str, float]:
     """Share of the step time in each group (``input``, ``host``, ``device``) for one row or many (summed).
 
@@ -131,6 +133,7 @@ class Verdict:
                 f"step time; {self.advice}")
 
 
+@answers('08', 'q5')
 def classify(rows, input_share: float = INPUT_BOUND_SHARE) -> Verdict:
     """The verdict on one step-table row, or on many (their times summed, as the profiler's summary does).
 
@@ -167,6 +170,7 @@ def take_minimum(rows) -> dict[str, float]:
             **{key: min(cols[key] for _, cols in times) for key in CATEGORIES}}
 
 
+@answers('08', 'q5')
 def format_rows(rows, title: str = "") -> str:
     """The rows as a table in ms (input, host and device time of each step) with each step's verdict,
     then all steps together."""
@@ -207,6 +211,7 @@ class StepTable:
         return str(self.properties.get("input_conclusion", ""))
 
 
+@answers('08', 'q5')
 def _step_table(data) -> StepTable:
     """Find the step table (the DataTable with a ``stepTimeMs`` column) in the analyzer's JSON output."""
     if isinstance(data, (bytes, str)):

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from . import _tf, _validate
+from ._labrules import answers
 
 #: A line of TensorFlow's C++ log: severity, date, time, thread, file:line].
 _TF_LOG_LINE = re.compile(r"^[IWEF]\d{4} [\d:.]+\s+\d+ [\w.]+:\d+\] ")
@@ -60,6 +61,7 @@ SHARD_POLICIES = ("AUTO", "FILE", "DATA", "OFF")
 # --------------------------------------------------------------------------- batch arithmetic
 
 
+@answers('04', 'q1')
 def _replicas_of(strategy_or_n) -> int:
     """Replica count from an int or from anything with ``num_replicas_in_sync``."""
     if hasattr(strategy_or_n, "num_replicas_in_sync"):
@@ -70,6 +72,7 @@ def _replicas_of(strategy_or_n) -> int:
     return _validate.whole("num_replicas", strategy_or_n)
 
 
+@answers('04', 'q1')
 def global_batch_size(per_replica: int, strategy_or_replicas) -> int:
     """Examples one synchronous step consumes: ``per_replica * num_replicas_in_sync``.
 
@@ -82,6 +85,7 @@ def global_batch_size(per_replica: int, strategy_or_replicas) -> int:
     return per_replica * _replicas_of(strategy_or_replicas)
 
 
+@answers('04', 'q1', 'q2')
 def per_replica_batch_size(global_batch: int, strategy_or_replicas) -> int:
     """Examples each replica gets when a step consumes ``global_batch``.
 
@@ -315,6 +319,7 @@ def auto_shard(dataset, num_workers: int, index: int, policy: str = "AUTO", repl
 # --------------------------------------------------------------------------- work to time
 
 
+@answers('04', 'q3')
 def _mse_replica_step(model, optimizer, global_batch: int):
     """One replica's SGD step on mean squared error, averaged over the *global* batch.
 

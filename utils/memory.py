@@ -41,6 +41,7 @@ from typing import Callable, Mapping, Sequence
 
 from . import _probe, _validate
 from ._tf import tf as _tf
+from ._labrules import answers
 
 __all__ = [
     "LogRecord",
@@ -582,6 +583,7 @@ class MemoryEstimate:
         return self.table()
 
 
+@answers('03', 'q1')
 def estimate_state(params: int, slots: int, *, trainable: int | None = None, bytes_per_value: int = 4,
                    accumulate: bool = False) -> MemoryEstimate:
     """The training state of ``params`` parameters, before a single activation.

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from . import _tf, _validate
+from ._labrules import answers
 
 __all__ = [
     "LOOPBACK",
@@ -101,6 +102,7 @@ def free_ports(n: int = 1, host: str = LOOPBACK) -> list[int]:
             s.close()
 
 
+@answers('04', 'q4')
 def tf_config(ports: Sequence[int], index: int, host: str = LOOPBACK) -> str:
     """The ``TF_CONFIG`` JSON for worker ``index`` of a cluster of workers on ``host``.
 
@@ -120,6 +122,7 @@ def tf_config(ports: Sequence[int], index: int, host: str = LOOPBACK) -> str:
                        "task": {"type": "worker", "index": index}})
 
 
+@answers('01', 'q4')
 def visible_gpu_ids(cuda_visible_devices: str | None, physical: int) -> list[int]:
     """The physical GPU ids this process may hand out, reading ``CUDA_VISIBLE_DEVICES`` like CUDA does.
 

@@ -44,6 +44,7 @@ from typing import Callable, Iterable, Iterator
 
 from . import _probe, _tf, _validate
 from .devices import TooLateError, runtime_initialized
+from ._labrules import answers
 
 __all__ = [
     "Attempt",
@@ -79,6 +80,7 @@ _NOT_DEVICE_TYPES = {"JOB", "REPLICA", "TASK"}
 # --------------------------------------------------------------------------- device names
 
 
+@answers('02', 'q1')
 def short_device(name: str) -> str:
     """Shorten a device name to ``TYPE:index``.
 
@@ -102,6 +104,7 @@ def short_device(name: str) -> str:
     return f"{m['type'].upper()}:{int(m['index'])}"
 
 
+@answers('02', 'q1')
 def devices_of(tensors: Iterable) -> list[str]:
     """Short device names of several eager tensors (or variables), in order."""
     if isinstance(tensors, (str, bytes)) or not isinstance(tensors, Iterable):
@@ -374,6 +377,7 @@ def _first_sentence(text: str, limit: int = 120) -> str:
     return first if len(first) <= limit else first[: limit - 3] + "..."
 
 
+@answers('02', 'q3')
 def attempt(device: str, soft: bool, fn: Callable | None = None) -> Attempt:
     """Run ``fn()`` (default: a 2x2 matmul) under ``tf.device(device)`` with soft placement set to ``soft``.
 

@@ -30,6 +30,7 @@ from typing import Iterable
 
 from . import _probe, _tf, _validate
 from .precision_formats import float_format, round_to
+from ._labrules import answers
 
 __all__ = [
     "LossScaleStep",
@@ -118,6 +119,7 @@ class LossScaleStep:
     good_steps: int  # consecutive finite steps since the scale last changed
 
 
+@answers('05', 'q2')
 def _next(scale: float, good: int, finite: bool, growth_steps: int) -> tuple[float, int]:
     """Keras 3's rule: halve and reset on overflow; double and reset on the growth_steps-th good step."""
     if not finite:
@@ -142,6 +144,7 @@ def _rule_args(initial_scale, growth_steps) -> tuple[float, int]:
             _validate.whole("growth_steps", growth_steps, 1, what="finite steps in a row before the scale doubles"))
 
 
+@answers('05', 'q2')
 def simulate_loss_scale(finite: Iterable[bool], initial_scale: float = 2.0 ** 15,
                         growth_steps: int = 2000) -> list[LossScaleStep]:
     """Pure-Python model of Keras 3's dynamic loss scale.
@@ -159,6 +162,7 @@ def simulate_loss_scale(finite: Iterable[bool], initial_scale: float = 2.0 ** 15
     return out
 
 
+@answers('05', 'q2')
 def loss_scale_trace(finite: Iterable[bool], initial_scale: float = 2.0 ** 15,
                      growth_steps: int = 2000) -> list[LossScaleStep]:
     """Drive a real ``keras.optimizers.LossScaleOptimizer`` and record what it does.
@@ -190,6 +194,7 @@ def _overflows(value: float, dtype: str) -> bool:
     return not math.isfinite(float(round_to(value, dtype)))
 
 
+@answers('05', 'q2')
 def scale_trajectory(max_abs_grad: float, initial_scale: float = 2.0 ** 15, growth_steps: int = 2000,
                      steps: int = 200, spike_every: int = 0, spike_factor: float = 1e4,
                      dtype: str = "float16") -> list[LossScaleStep]:

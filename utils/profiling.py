@@ -35,6 +35,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 from . import _validate
 from ._tf import tf as _tf
 from .simulate import TimelineEvent
+from ._labrules import answers
 
 __all__ = ["PROFILER_NOISE", "StepBreakdown", "StepSplit", "TraceCapture", "TraceEvent", "capture_trace",
            "convert_trace", "drop_profiler_noise", "find_xplane", "load_trace", "parse_trace", "region",
@@ -338,6 +339,7 @@ def load_trace(path: str | os.PathLike) -> list[TraceEvent]:
     return parse_trace(data)
 
 
+@answers('08', 'q2')
 def _union_us(spans: list[tuple[float, float]]) -> float:
     """Length of the union of one thread's ranges: a range nested in another of the same name counts once."""
     total, cur_s, cur_e = 0.0, None, None
@@ -441,6 +443,7 @@ def _is_step(ev: TraceEvent, step_name: str) -> bool:
     return "step_num" in ev.args and (ev.name == step_name or ev.name.startswith(step_name + " "))
 
 
+@answers('08', 'q1')
 def step_breakdown(events, step_name: str = "train", input_names: Sequence[str] = ("input",),
                    compute_names: Sequence[str] = ("compute",), skip: int = 0) -> StepBreakdown:
     """Split every step of a trace into input time and compute time.

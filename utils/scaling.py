@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from . import _validate
+from ._labrules import answers
 
 __all__ = [
     "DEVICES",
@@ -177,6 +178,7 @@ def count_kernels(graph) -> int:
 # --------------------------------------------------------------------------- the model
 
 
+@answers('09', 'q4')
 def train_flops(params: int, examples: int) -> float:
     """FLOPs of one training step of a dense model: ``6 * params * examples`` (2 forward, 4 backward)."""
     _validate.whole("params", params, what="trainable parameters")

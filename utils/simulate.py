@@ -32,6 +32,7 @@ from . import _validate
 from ._simparts import (AUGMENT_S, AUTOTUNE, DEVICE_LANE, LOAD_S, POOL_THREADS, STEP_S, STEPS, WAIT_LANE, Device,
                         Lanes, Run, Stage, TimelineEvent, _flag, _parallel, _with_options, feed, source)
 from ._tf import tf as _tf
+from ._labrules import answers
 
 __all__ = [
     "AUTOTUNE", "AUGMENT_S", "LOAD_S", "POOL_THREADS", "STEPS", "STEP_S", "TOGGLES",
@@ -167,6 +168,8 @@ class Pipeline:
         return w.run()
 
 
+@answers('07', 'q1')
+@answers('08', 'q3')
 def _bound_s(p: Pipeline, warm: bool = False) -> float:
     """Shortest possible epoch of ``p``: the first batch through every stage, then ``steps - 1`` batches at
     the pace of the slowest thread of work.

@@ -42,6 +42,7 @@ from typing import Callable, Mapping, Sequence
 from . import _probe, _validate
 from ._tf import keras as _keras
 from ._tf import tf as _tf
+from ._labrules import answers
 
 __all__ = [
     "AUTO_JIT_FLAGS",
@@ -207,6 +208,7 @@ def strip_metadata(text: str) -> str:
     return re.sub(r",? metadata=\{[^}]*\}", "", text)
 
 
+@answers('06', 'q2')
 def _hlo_proto(fn, x, stage: str):
     """The HloModuleProto of ``fn(x)`` at ``stage`` ('hlo' or 'optimized_hlo'), read from XLA's serialized form.
 
@@ -220,6 +222,7 @@ def _hlo_proto(fn, x, stage: str):
     return hlo_pb2.HloModuleProto.FromString(compiler_ir(fn, x, stage=stage + "_serialized"))
 
 
+@answers('06', 'q2')
 @dataclass
 class _HloCounts:
     """Opcodes per computation of one HLO module, and the kinds of its fusions."""
@@ -385,6 +388,7 @@ def count_traces(fn, inputs: Sequence) -> list[int]:
     return counts
 
 
+@answers('06', 'q4')
 def padding_cost(lengths: Sequence[int], buckets: Sequence[int]) -> dict:
     """What padding ``lengths`` up to ``buckets`` costs and saves, over a whole workload.
 

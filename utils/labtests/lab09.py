@@ -17,6 +17,10 @@ from gpucourse.grading.items import Fail, item, tr
 
 SIZES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}
 
+#: The lab asks for the answers without the course's own FLOP and roofline modules: in the graded kernel they
+#: cannot be imported (nor any course module that imports them).
+FORBIDDEN_MODULES = ("gpucourse.mfu", "gpucourse.roofline")
+
 
 def _number(seen, what: str) -> float:
     got = seen["got"]
