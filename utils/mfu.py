@@ -252,7 +252,11 @@ def train_step_flops(model, x_spec, y_spec, loss: Callable | None = None) -> tup
 
 
 def mfu(model_flops: float, step_s: float, peak_tflops: float) -> float:
-    """Model FLOPs utilisation: ``model_flops / step_s`` as a fraction of ``peak_tflops`` (dense, this dtype)."""
+    """Model FLOPs utilisation: ``model_flops / step_s`` as a fraction of ``peak_tflops`` (dense, this dtype).
+
+    MFU proper divides by the data sheet's peak. Given a measured peak (a MAMF sweep's best matmul), the
+    same arithmetic gives the share of the measured peak, a larger and different ratio: say which.
+    """
     model_flops = _validate.real("model_flops", model_flops, 0.0, what="FLOPs of one step, forward and backward")
     step_s = _validate.real("step_s", step_s, 0.0, strict_min=True, what="seconds per step")
     peak = _validate.real("peak_tflops", peak_tflops, 0.0, strict_min=True, what="the device's dense peak")

@@ -230,13 +230,17 @@ def format_matmul_table(results: Sequence[MatmulResult], peaks=None) -> str:
 #: form factor): a driver's name picks its row with :func:`gpucourse.precision_hardware.pick_variant`,
 #: and :func:`datasheet_roof` names the row it used. A name that states no variant gets the row listed
 #: first for its chip ("A100" -> the 80GB SXM). No row for the H100 NVL or H200 NVL: their figures
-#: could not be confirmed from NVIDIA's data sheets for the course, and the SXM module's would be wrong.
+#: (about 835 dense BF16 TFLOPS and 3.9 TB/s for the H100 NVL in third-party tables) could not be
+#: checked against NVIDIA's data sheets for the course, and the SXM module's would be wrong.
 GPU_BANDWIDTH = {
     # NVIDIA T4 data sheet
     "T4": (320.0, "NVIDIA T4 data sheet: 16 GB GDDR6, 320+ GB/s"),
     # NVIDIA V100 data sheet, SXM2 column
     "V100": (900.0, "NVIDIA V100 data sheet (SXM2): 900 GB/s HBM2"),
-    # NVIDIA A100 data sheet, memory table (40GB PCIe 1,555; 80GB PCIe 1,935; 40GB SXM 1,555; 80GB SXM 2,039)
+    # NVIDIA A100 data sheet (nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf), memory table: 40GB PCIe 1,555;
+    # 80GB PCIe 1,935; 40GB SXM 1,555; 80GB SXM 2,039 GB/s. The SXM figures are also in glennklockwood.com's A100
+    # notes, which cite that data sheet; the 80GB PCIe figure is the data sheet's as the course's source review
+    # (2026-11) quotes it.
     "A100 80GB SXM": (2039.0, "NVIDIA A100 data sheet: 2,039 GB/s (80GB SXM)"),
     "A100 80GB PCIe": (1935.0, "NVIDIA A100 data sheet: 1,935 GB/s (80GB PCIe)"),
     "A100 40GB": (1555.0, "NVIDIA A100 data sheet: 1,555 GB/s (40GB, PCIe and SXM)"),
