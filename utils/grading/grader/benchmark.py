@@ -53,7 +53,7 @@ def measure(lab: str = "01", copies: int = 3, jobs: int = 2, root: Path | None =
         for k, v in (r.get("timings") or {}).items():
             stages.setdefault(k, []).append(v)
     verdicts = sorted({(r["learner"].rstrip("0123456789"), r["status"], r["score"], r["max_score"],
-                        "; ".join(r["tampering"] + r["flags"] + ([r["reason"]] if r["reason"] else [])))
+                        "; ".join(r["flags"] + ([r["reason"]] if r["reason"] else [])))
                        for r in rows})
     return {"lab": lab, "submissions": len(rows), "jobs": jobs, "wall_s": round(wall, 1),
             "isolation": sorted({str(r.get("isolation", "")).split(":")[0] for r in rows}),

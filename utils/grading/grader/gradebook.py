@@ -2,11 +2,12 @@
 
 Per lab (:func:`write_gradebook`, what ``gpucourse-grade <folder>`` writes into ``--out``):
 
-* ``gradebook.csv``: one row per learner: status, score, points per item, integrity
-  (``ok``, ``flagged: ...`` or ``withheld: ...``), reason, flags;
+* ``gradebook.csv``: one row per learner: status, mode (``summative``, or ``practice`` when the kernel
+  was not isolated enough for a mark to upload), score, points per item, integrity (``ok`` or
+  ``flagged: ...``), reason, flags;
 * ``gradebook.json``: the same rows with every detail (timings left out, so re-running gives the
   same file); ``reports/<learner>.json`` one report each; ``feedback/<learner>.txt`` the
-  learner-facing table (flags and withheld marks included, with their reasons);
+  learner-facing table (flags included, with their reasons);
 * ``canvas.csv``: this lab as one Canvas gradebook column (see below);
 * ``MANIFEST.json``, written last: the digest of every file above (:mod:`.seal`;
   ``gpucourse-grade verify OUT/`` names any file changed since).
@@ -17,8 +18,8 @@ assignment named ``Assignment name (assignment id)`` (a column without an id cre
 assignment), and an optional ``Points Possible`` row under the header. Give a Canvas gradebook
 export as ``roster`` to fill the identity columns and keep learners who submitted nothing. Nobody
 is dropped: a learner missing from a lab gets an empty cell; any submission that was found scores
-its points (0 for tampered, crashed, timed-out, malformed or empty ones, whose status stays in the
-lab's own gradebook).
+its points (0 for crashed, timed-out, malformed or empty ones, whose status stays in the lab's own
+gradebook), except a *practice* grade, whose cell stays empty: it is not a mark to upload.
 """
 
 from __future__ import annotations
@@ -51,13 +52,13 @@ def write_gradebook(rows: list[dict], out: Path, column: str | None = None) -> N
     keys = list(dict.fromkeys(i["key"] for r in rows for i in r["items"]))
     with open(out / "gradebook.csv", "w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow(["learner", "lab", "status", "score", "max_score", *keys, "integrity", "reason", "flags",
+        w.writerow(["learner", "lab", "status", "mode", "score", "max_score", *keys, "integrity", "reason", "flags",
                     "isolation"])
         for r, rep in zip(rows, reports):
             per = {i["key"]: i["points"] for i in r["items"]}
-            w.writerow([r["learner"], r["lab"], r["status"], r["score"], r["max_score"],
+            w.writerow([r["learner"], r["lab"], r["status"], r.get("mode", ""), r["score"], r["max_score"],
                         *[per.get(k, "") for k in keys], rep.integrity(), r["reason"],
-                        "; ".join(r["tampering"] + r["flags"]), r.get("isolation", "")])
+                        "; ".join(r["flags"]), r.get("isolation", "")])
     stable = [{k: v for k, v in r.items() if k not in ("duration_s", "timings")} for r in rows]
     (out / "gradebook.json").write_text(json.dumps(stable, indent=2) + "\n")
     for r, rep in zip(rows, reports):
@@ -134,8 +135,10 @@ def canvas_csv(gradebooks: list[list[dict]], roster: Path | None = None,
         cells = []
         for lab in lab_ids:
             r = labs[lab].get(learner) if learner else None
-            cells.append("" if r is None else str(r.get("score", 0) if r.get("status") in (
-                "graded",) else 0))
+            if r is not None and r.get("status") == "graded" and r.get("mode") == "practice":
+                cells.append("")  # not a mark to upload (the gradebook keeps it, with the reason)
+            else:
+                cells.append("" if r is None else str(r.get("score", 0) if r.get("status") == "graded" else 0))
         table.append([person[c] for c in CANVAS_IDENTITY] + cells)
     return table
 

@@ -21,7 +21,7 @@ submission, with the learner's files in ``/autograder/submission``, and must wri
 line and writes ``<root>/results/results.json`` in Gradescope's format: ``score``, ``output``
 (status, reason, integrity), ``execution_time``, ``tests`` (one per item: ``name``, ``score``,
 ``max_score``, ``status``, ``output``, ``visibility``, ``tags``), an ``Integrity`` test when the
-submission was flagged or its marks withheld, and ``extra_data`` (status, flags, tampering).
+submission was flagged, and ``extra_data`` (status, mode, flags).
 ``<root>`` is ``/autograder`` unless ``GPUCOURSE_AUTOGRADER_ROOT`` says otherwise (tests lay out a
 temporary folder that way).
 
@@ -202,19 +202,19 @@ def results_json(report, hidden_visibility: str = "after_due_date") -> dict:
         })
     lines = [f"Lab {report.lab}: {report.status}" + (f" ({report.reason})" if report.reason else ""),
              f"Score: {report.score}/{report.max_score}"]
-    if report.tampering:
-        lines.append("Marks withheld: " + "; ".join(report.tampering))
+    if report.mode == "practice":
+        lines.append("Practice grade: the kernel was not isolated enough for a mark to upload.")
     if report.flags:
         lines.append("Flagged for review: " + "; ".join(report.flags))
     for e in report.cell_errors:
         lines.append(f"cell {e['cell']} raised {e['ename']}: {e['evalue']}")
-    if report.tampering or report.flags or any(r["status"] == "withheld" for r in report.items):
+    if report.flags:
         tests.append({"name": "Integrity", "score": 0, "max_score": 0, "status": "failed",
                       "output": report.integrity(), "visibility": "visible", "tags": ["integrity"]})
     return {"score": report.score, "execution_time": int(round(report.duration_s)), "output": "\n".join(lines),
             "visibility": "visible", "stdout_visibility": "hidden", "tests": tests,
             "extra_data": {"status": report.status, "reason": report.reason, "flags": report.flags,
-                           "tampering": report.tampering, "review": report.review,
+                           "mode": report.mode, "review": report.review,
                            "isolation": getattr(report, "isolation", "")}}
 
 

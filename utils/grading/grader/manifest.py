@@ -18,7 +18,7 @@ import os
 import secrets
 from pathlib import Path
 
-__all__ = ["MANIFEST", "key_path", "seal", "verify"]
+__all__ = ["MANIFEST", "key_path", "practice_marks", "seal", "verify"]
 
 MANIFEST = "MANIFEST.json"
 KEY_ENV = "GPUCOURSE_GRADING_KEY"
@@ -109,4 +109,17 @@ def verify(folder: Path | str) -> list[str]:
             problems.append(f"{p}: changed after grading")
     if complete:
         problems += [f"{folder / name}: added after grading" for name in _files(folder) if name not in files]
-    return problems
+    return problems + practice_marks(folder)
+
+
+def practice_marks(folder: Path | str) -> list[str]:
+    """One line per submission of ``folder``'s gradebook graded as *practice* (its kernel was not isolated
+    enough for a mark to upload: see :func:`gpucourse.grading.grader.runner.summative`)."""
+    path = Path(folder) / "gradebook.json"
+    try:
+        rows = json.loads(path.read_text()) if path.is_file() else []
+    except ValueError:
+        return []
+    return [f"{path}: {r.get('learner')} was graded as practice ({r.get('reason') or 'weak isolation'}): "
+            "not a mark to upload; grade again with bubblewrap or in a container per submission"
+            for r in rows if isinstance(r, dict) and r.get("status") == "graded" and r.get("mode") == "practice"]

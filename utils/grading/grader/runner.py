@@ -214,6 +214,7 @@ def _run(report: GradeReport, code, tests, plan, course: Path, timeout, item_tim
         listener.close()
         shutil.rmtree(workdir, ignore_errors=True)
         workdir.with_suffix(".log").unlink(missing_ok=True)
+    report.timings["kernel cpu"] = round(session.cpu_s + sum(other.cpu_s for other in fresh_sessions), 2)
     report.cell_errors = session.run.cell_errors
     notes = []
     if session.run.stopped_at:

@@ -169,6 +169,7 @@ class KernelSession:
         self.restart_later = False  # the observer saw this kernel hang or die: start it again before the next item
         self.seccomp = False
         self._calls = 0
+        self.cpu_s = 0.0  # CPU seconds of the kernels this session ran (read just before each is killed)
         self.km = self.kc = None
         self.link: Link | None = None  # the agent's connection, once it is up
         self.run = CellRun()
@@ -337,11 +338,23 @@ class KernelSession:
         """Calls the observer made to this kernel's agents (each is bracketed by two tripwire looks)."""
         return self._calls + (self.link.calls if self.link is not None else 0)
 
+    def _note_cpu(self) -> None:
+        """Add the CPU time of this kernel and its children so far (a kernel killed in bubblewrap is never waited
+        for, so its time never reaches the grader's own accounting)."""
+        import psutil
+
+        try:
+            top = psutil.Process(self._kernel_pid())
+            self.cpu_s += sum(sum(p.cpu_times()[:2]) for p in [top] + top.children(recursive=True))
+        except (psutil.Error, ValueError, TypeError):
+            pass
+
     def kill_tree(self) -> None:
         """SIGKILL this kernel and every process it started, and nothing else (another kernel of the same
         sandbox user lives on). In bubblewrap, the sandbox's init dies with bwrap, and its PID namespace with it."""
         import psutil
 
+        self._note_cpu()
         pid = self._kernel_pid()
         try:
             top = psutil.Process(pid) if pid else None
@@ -358,6 +371,7 @@ class KernelSession:
 
     def kill(self) -> None:
         """SIGKILL every process of the run; note what the submission left running."""
+        self._note_cpu()
         pid = self._kernel_pid()
         pgid = getattr(getattr(self.km, "provisioner", None), "pgid", None)
         left, survivors = sandboxing.sweep(self.box, pid, pgid)
