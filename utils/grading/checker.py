@@ -5,6 +5,10 @@ While the grader runs a submission (``GPUCOURSE_GRADING=1`` in the kernel's envi
 nothing but say so: the grader checks every item itself, on its own cases, out of the kernel.
 What it prints is in the notebook's language (:func:`.items.language`: Chinese in a ``zh-CN``
 folder or with ``GPUCOURSE_LANG=zh_CN``); the verdicts and points are the same in every language.
+
+It also says what the grader will do with a call of a course helper that computes an item's answer (marked
+``@answers(lab, ...)`` where it is defined, see :mod:`gpucourse._labrules`): in the graded kernel the course's
+copy of such a helper does not run, so an item whose run called one scores 0 here too, with that reason.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import inspect
 import os
 
+from .._labrules import watching
 from .items import ItemResult, Namespace, items_in, lab_test_path, load_test_file, run_item, score_table, tr
 
 __all__ = ["Checker"]
@@ -36,8 +41,10 @@ class Checker:
         self.lab = lab.zfill(2)
         # While the grader runs, the tests are not in the kernel (its copy of the course has none): the grader
         # checks every item itself.
-        self._items = {} if _grading() else {
-            spec.key: (spec, fn) for spec, fn in items_in(load_test_file(lab_test_path(self.lab)))}
+        self._items = {}
+        if not _grading():
+            module = load_test_file(lab_test_path(self.lab))  # (a clear error for a lab that does not exist)
+            self._items = {spec.key: (spec, fn) for spec, fn in items_in(module)}
         self.results: dict[str, ItemResult] = {}
 
     @property
@@ -59,7 +66,7 @@ class Checker:
         if namespace is None:
             namespace = inspect.currentframe().f_back.f_globals
         spec, fn = self._items[key]
-        self.results[key] = _run(spec, fn, namespace)
+        self.results[key] = _run(spec, fn, namespace, self.lab)
         print(self.results[key].line())
 
     def run_all(self, namespace: dict | None = None) -> None:
@@ -70,7 +77,7 @@ class Checker:
         if namespace is None:
             namespace = inspect.currentframe().f_back.f_globals
         for key, (spec, fn) in self._items.items():
-            self.results[key] = _run(spec, fn, namespace)
+            self.results[key] = _run(spec, fn, namespace, self.lab)
         self.summary()
 
     def rows(self) -> list[ItemResult]:
@@ -100,6 +107,18 @@ def _grading() -> bool:
     return os.environ.get("GPUCOURSE_GRADING") == "1"
 
 
-def _run(spec, fn, namespace):
-    """Run one item over the learner's public (non-underscore) variables."""
-    return run_item(spec, fn, Namespace({k: v for k, v in namespace.items() if not k.startswith("_")}))
+def _run(spec, fn, namespace, lab: str):
+    """Run one item over the learner's public (non-underscore) variables; 0 points if it called a helper that the
+    graded kernel's copy of the course does not run for this lab."""
+    with watching() as calls:
+        result = run_item(spec, fn, Namespace({k: v for k, v in namespace.items() if not k.startswith("_")}))
+    called = [name for name, marks in calls if any(m_lab == lab for m_lab, _ in marks)]
+    if not called:
+        return result
+    names = ", ".join(f"`{name.removeprefix('gpucourse.')}`" for name in dict.fromkeys(called))
+    message = tr("Under the grader this item fails: your code called {names}, a course helper that computes this "
+                 "item's answer (the lab's text says so), and in the graded kernel the course's copy of it does not "
+                 "run. Write that part yourself. The check's own verdict:", names=names)
+    verdict = result.message or tr("the answer is right.")
+    return ItemResult(result.key, result.title, 0, result.max_points, "fail" if result.passed else result.status,
+                      f"{message}\n{verdict}")

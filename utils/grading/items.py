@@ -180,7 +180,11 @@ def expect_raises(call: Callable[[], object], what: str, why: str = "", exc_type
 
 
 class ItemTimeout(BaseException):
-    """Raised inside a running item when its time is up (BaseException: ``except Exception`` won't catch it)."""
+    """Raised inside a running item when its time is up (BaseException: ``except Exception`` won't catch it).
+
+    An ``observe`` that knows how far the learner's code got may catch it and raise ``ItemTimeout(text)``
+    again: ``text`` (addressed to the learner) then replaces the generic "endless loop?" advice.
+    """
 
 
 class KernelLost(BaseException):
@@ -298,6 +302,12 @@ def expect_raised(seen: dict, what: str, why: str = "", exc_name: str = "ValueEr
 
 
 def _short(value, limit: int = 200) -> str:
+    """``value`` for a message. An object :func:`plain` could not convert (``{"__type__": ..., "repr": ...}``)
+    reads as the learner would see it: ``a Sequential (<Sequential name=sequential, built=True>)``."""
+    if isinstance(value, dict) and set(value) == {"__type__", "repr"} and isinstance(value["__type__"], str):
+        kind = value["__type__"].rsplit(".", 1)[-1]
+        text = str(value["repr"])
+        return tr("a {kind} ({repr})", kind=kind, repr=text if len(text) <= limit else text[:limit] + "...")
     text = repr(value)
     return text if len(text) <= limit else text[:limit] + "..."
 
@@ -450,9 +460,15 @@ class _Alarm:
         return False
 
 
-def _timeout_message(timeout_s) -> str:
+def _timeout_message(timeout_s, progress: str = "") -> str:
+    """What a learner reads when an item ran out of time; ``progress`` is what the item saw the code do (an
+    :class:`ItemTimeout` raised again by ``observe`` with it), so a slow machine is not mistaken for a loop."""
+    if progress:
+        return tr("Stopped after {seconds} s: the check's time is up. {progress}", seconds=f"{timeout_s:g}",
+                  progress=progress)
     return tr("Stopped after {seconds} s: your code did not finish. Look for an endless loop, or an iterator "
-              "that never ends (e.g. a dataset with .repeat()).", seconds=f"{timeout_s:g}")
+              "that never ends (e.g. a dataset with .repeat()). If there is none, the machine may just be busy: "
+              "run the check again.", seconds=f"{timeout_s:g}")
 
 
 def _todo_message() -> str:
@@ -469,18 +485,18 @@ def _fail_message(exc: AssertionError, test_file: str | None) -> str:
 
 
 def _classify(call: Callable[[], object], test_file: str | None, timeout_s,
-              raw_errors: bool = False) -> tuple[str, object]:
+              raw_errors: bool = False, alarm: bool = True) -> tuple[str, object]:
     """Run ``call``; return ("ok", value) or (status, learner-facing message). Never raises but for interrupts.
 
     ``raw_errors``: an exception other than a Fail is given as ``"Type: message"`` only (a judge's own bug).
     """
     try:
-        with _Alarm(timeout_s):
+        with _Alarm(timeout_s if alarm else None):
             return "ok", call()
     except (KeyboardInterrupt, KernelLost):
         raise
     except ItemTimeout as exc:
-        return "error", str(exc) if str(exc) else _timeout_message(timeout_s)
+        return "error", _timeout_message(timeout_s, str(exc.args[0]) if exc.args else "")
     except NotDefined as exc:
         return "todo", str(exc)
     except NotImplementedError:
@@ -511,10 +527,13 @@ def make_cases(obj, seed: int | None = None) -> list:
 Observed = dict
 
 
-def observe_item(obj, ns: "Namespace | Mapping", cases: list, timeout_s: float | None = ITEM_TIMEOUT_S) -> Observed:
-    """Learner's side: run ``observe`` on every case; return plain, JSON-able observations.
+def observe_item(obj, ns: "Namespace | Mapping", cases: list, timeout_s: float | None = ITEM_TIMEOUT_S,
+                 alarm: bool = True) -> Observed:
+    """Run ``observe`` on every case; return plain, JSON-able observations.
 
-    The whole item shares one time limit. Stops at the first case the learner's code cannot get through.
+    The whole item shares one time limit of ``timeout_s``, kept by SIGALRM here (``check()``) or, with
+    ``alarm=False``, by the caller (the grader's observer raises :class:`ItemTimeout` itself). Stops at the
+    first case the learner's code cannot get through.
     """
     if not hasattr(ns, "function"):  # a plain mapping (the grader passes its RemoteNamespace)
         ns = Namespace(ns)
@@ -522,10 +541,10 @@ def observe_item(obj, ns: "Namespace | Mapping", cases: list, timeout_s: float |
     seen: list = []
 
     def run_all():
-        for case in cases:  # plain data, never through json here (the guard encodes it: see kernel_guard)
+        for case in cases:
             seen.append(plain(obj.observe(ns, case)))
 
-    status, value = _classify(run_all, test_file, timeout_s)
+    status, value = _classify(run_all, test_file, timeout_s, alarm=alarm)
     if status == "ok":
         return {"status": "ok", "seen": seen}
     return {"status": status, "message": value, "case": len(seen)}
@@ -555,7 +574,7 @@ def judge_item(spec: ItemSpec, obj, cases: list, observed: Observed) -> ItemResu
 
 
 def run_item(spec: ItemSpec, fn: Callable, ns: Namespace | Mapping,
-             timeout_s: float | None = ITEM_TIMEOUT_S, seed: int | None = None) -> ItemResult:
+             timeout_s: float | None = ITEM_TIMEOUT_S, seed: int | None = None, alarm: bool = True) -> ItemResult:
     """Run one item start to end in this process (``check()`` in a notebook). Never raises (but interrupts).
 
     A split item makes its cases, observes and judges here, with the same JSON round trips as
@@ -570,9 +589,9 @@ def run_item(spec: ItemSpec, fn: Callable, ns: Namespace | Mapping,
         except Exception as exc:
             return _result(spec, "error", tr("The check could not build its test cases ({what}). Tell your "
                                              "instructor.", what=f"{type(exc).__name__}: {exc}"))
-        return judge_item(spec, fn, cases, observe_item(fn, ns, cases, timeout_s))
+        return judge_item(spec, fn, cases, observe_item(fn, ns, cases, timeout_s, alarm))
     test_file = getattr(getattr(fn, "__code__", None), "co_filename", None)
-    status, value = _classify(lambda: fn(ns), test_file, timeout_s)
+    status, value = _classify(lambda: fn(ns), test_file, timeout_s, alarm=alarm)
     return _result(spec, "pass") if status == "ok" else _result(spec, status, value)
 
 

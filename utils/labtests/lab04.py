@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 
-from gpucourse.grading.items import Fail, expect_raised, in_kernel, item, outcome, tr
+from gpucourse.grading.items import Fail, ItemTimeout, expect_raised, in_kernel, item, outcome, tr
 
 # --------------------------------------------------------------------------- shared
 
@@ -115,6 +115,11 @@ class q1:
 # --------------------------------------------------------------------------- q2
 
 
+def _shard_sizes(n: int, pipelines: int) -> list[int]:
+    """Examples per input pipeline when ``Dataset.shard(pipelines, i)`` splits ``n`` of them."""
+    return [len(range(i, n, pipelines)) for i in range(pipelines)]
+
+
 @in_kernel
 def _q2_observe(ns, case):
     import numpy as np
@@ -159,11 +164,15 @@ def _q2_observe(ns, case):
 class q2:
     def cases(rng):
         out = []
-        for pipelines, replicas in ((2, 4), (1, 2), (3, 3)):
+        for pipelines, replicas, even in ((2, 4, False), (1, 2, False), (3, 3, True)):
             per = rng.randint(2, 5)
             gbs = per * replicas
-            out.append({"pipelines": pipelines, "replicas": replicas, "gbs": gbs,
-                        "n": gbs * rng.randint(3, 6) * pipelines, "offset": rng.randint(0, 1000)})
+            n = gbs * rng.randint(3, 6) * pipelines
+            if not even:  # a data size that does not split evenly: some pipeline ends with a partial batch
+                n += rng.choice([r for r in range(1, per * pipelines * 2)
+                                 if any(size % per for size in _shard_sizes(n + r, pipelines))])
+            out.append({"pipelines": pipelines, "replicas": replicas, "gbs": gbs, "n": n,
+                        "offset": rng.randint(0, 1000)})
         return out + [{"through_strategy": True, "per": 2, "rows": 3}]
 
     def observe(ns, case):
@@ -186,16 +195,25 @@ class q2:
             if pipe["endless"]:
                 raise Fail(tr("the dataset seems endless: do not .repeat() it, the training loop decides how long "
                               "to run"))
-            sizes = sorted({len(b["x"]) for b in pipe["batches"]})
-            if sizes != [per]:
+            sizes = [len(b["x"]) for b in pipe["batches"]]
+            if any(size != per for size in sizes[:-1]) or (sizes and not 1 <= sizes[-1] <= per):
                 raise Fail(tr("with {pipelines} input pipeline(s), {replicas} replicas and global batch {gbs}, every "
-                              "batch should hold {per} examples (the per-replica batch), got batch sizes {sizes}",
-                              pipelines=pipelines, replicas=replicas, gbs=gbs, per=per, sizes=sizes))
+                              "batch should hold {per} examples (the per-replica batch; only a pipeline's last batch "
+                              "may hold fewer), got batch sizes {sizes}", pipelines=pipelines, replicas=replicas,
+                              gbs=gbs, per=per, sizes=sorted(set(sizes))))
             for b in pipe["batches"]:
                 if any(abs(yv - 3.0 * xv) > 1e-3 * max(1.0, abs(xv)) for xv, yv in zip(b["x"], b["y"])):
                     raise Fail(tr("the x and y of a batch no longer belong together (y = 3x in this test); "
                                   "shuffle or shard (x, y) pairs, not x and y separately"))
                 every.extend(b["x"])
+        dropped = n - len(every)
+        if (len(set(every)) == len(every) and 0 < dropped < per * pipelines
+                and all(len(b["x"]) == per for pipe in seen["pipelines"] for b in pipe["batches"])):
+            raise Fail(tr("with {pipelines} input pipeline(s), {n} examples and per-replica batches of {per}, the "
+                          "pipelines together yielded {count} examples: {dropped} were dropped. That is what "
+                          "batch(..., drop_remainder=True) does to each pipeline's last, partial batch. Keep it "
+                          "(leave drop_remainder at False): every example must be seen exactly once.",
+                          pipelines=pipelines, n=n, per=per, count=len(every), dropped=dropped))
         if len(every) != n or len(set(every)) != n:
             raise Fail(tr("with {pipelines} input pipeline(s) and {n} examples, the pipelines together should yield "
                           "each example exactly once; they yielded {count} examples, {distinct} distinct. Shard by "
@@ -450,25 +468,38 @@ def _fresh_run(strategy, case, kernel, bias, targets="y"):
     return model, optimizer, _train_step(strategy, model, optimizer, case["gbs"]), data.batch(case["gbs"])
 
 
-#: Seconds q5's first run may take in its fresh process, the submission's cells included.
-FIRST_RUN_S = 90.0
+def _folder_state(folder) -> str:
+    """What the checkpoint folder holds right now, as a short digest of its files' names and contents (files
+    over 16 MiB by size and time): it changes whenever a checkpoint is written, whatever the learner names it."""
+    import hashlib
+    import os
+
+    digest = hashlib.sha256()
+    for root, _, files in sorted(os.walk(folder)):
+        for name in sorted(files):
+            path = os.path.join(root, name)
+            try:
+                info = os.stat(path)
+                digest.update(os.path.relpath(path, folder).encode() + b"\0")
+                if info.st_size <= 16 * 2**20:
+                    with open(path, "rb") as f:
+                        digest.update(f.read())
+                else:
+                    digest.update(f"{info.st_size}:{info.st_mtime_ns}".encode())
+            except OSError:  # a file renamed or removed while we look: the folder is changing anyway
+                digest.update(b"?")
+    return digest.hexdigest()[:16]
 
 
 @in_kernel
 def _q5_folder(ns):
-    """A new checkpoint folder that the graded kernel and its fresh process both see: under the grader, the
-    kernel's working folder (its scratch folder, shared like a job's disk); in check(), a temporary folder."""
+    """A new checkpoint folder that the graded kernel, its fresh process and the check all see: under the
+    grader, the kernel's working folder (its scratch folder, shared like a job's disk); in check(), a
+    temporary folder."""
     import os
     import tempfile
 
     return tempfile.mkdtemp(prefix="gpucourse-lab04-", dir=os.getcwd() if os.environ.get("GPUCOURSE_GRADING") else None)
-
-
-@in_kernel
-def _q5_remove(ns, folder):
-    import shutil
-
-    shutil.rmtree(folder, ignore_errors=True)
 
 
 @in_kernel
@@ -485,34 +516,34 @@ def _q5_launch(ns, case, folder, on_step, restart):
     return {"losses": losses, "weights": [w.tolist() for w in model.get_weights()]}
 
 
-def _first_run_killed(ns, case, folder) -> dict:
+def _first_run_killed(ns, case, folder, note) -> dict:
     """The grader's first run: a fresh process that runs the submission's cells again, killed with SIGKILL from
     ``on_step`` (which runs here, in the grader) the moment the run reports step ``crash_at``."""
     from gpucourse.grading.items import KernelLost, ProcessKilled, RaisedInKernel
 
-    steps = []
     try:
         with ns.fresh_process() as first:
             def on_step(k):
-                steps.append(k)
+                note(k)
                 if k == case["crash_at"]:
                     first.kill()
 
             first.kernel(_q5_launch, case, folder, on_step, False)
-            return {"first": "finished", "first_steps": steps, "first_error": ""}
+            return {"first": "finished", "first_error": ""}
     except ProcessKilled:
-        return {"first": "killed", "first_steps": steps, "first_error": ""}
+        return {"first": "killed", "first_error": ""}
     except RaisedInKernel as exc:
         if exc.type_name == "NotDefined":
-            return {"first": "missing", "first_steps": steps, "first_error": ""}
-        return {"first": "raised", "first_steps": steps, "first_error": f"{exc.type_name}: {exc}"[:300]}
+            return {"first": "missing", "first_error": ""}
+        return {"first": "raised", "first_error": f"{exc.type_name}: {exc}"[:300]}
     except KernelLost as exc:
-        return {"first": "died", "first_steps": steps, "first_error": str(exc)[:300]}
+        return {"first": "died", "first_error": str(exc)[:300]}
 
 
 @in_kernel
-def _first_run_simulated(ns, case, folder) -> dict:
-    """check()'s first run, in this kernel: on_step raises after ``crash_at`` (a BaseException)."""
+def _first_run_simulated(ns, case, folder, note) -> dict:
+    """check()'s first run, in this kernel: on_step raises after ``crash_at`` (a BaseException). ``note(k)`` tells
+    the check each step."""
     import numpy as np
 
     from gpucourse import distribute
@@ -520,10 +551,10 @@ def _first_run_simulated(ns, case, folder) -> dict:
     fn = ns.function("train_resumable")
     strategy = distribute.mirrored_strategy(distribute.strategy_devices()[:2])  # 2 replicas are enough here
     model, optimizer, step_fn, data = _fresh_run(strategy, case, case["kernel"], case["bias"])
-    first_steps, at_kill = [], []
+    at_kill = []
 
     def fail_after(k):
-        first_steps.append(k)
+        note(k)
         if k == case["crash_at"]:
             at_kill.extend(v.numpy().copy() for v in model.variables + optimizer.variables)
             raise _WorkerKilled(f"simulated failure after step {k}")
@@ -536,7 +567,32 @@ def _first_run_simulated(ns, case, folder) -> dict:
     if first == "killed" and at_kill and any(not np.array_equal(a, v.numpy()) for a, v in
                                              zip(at_kill, model.variables + optimizer.variables)):
         first = "went on"  # a dead worker trains no further
-    return {"first": first, "first_steps": first_steps, "first_error": ""}
+    return {"first": first, "first_error": ""}
+
+
+def _progress_text(case, progress) -> str:
+    """How far q5's runs got when the item's time ran out, and what that suggests (busy machine or a loop)."""
+    import time
+
+    first, second, steps = progress.get("first", []), progress.get("second"), case["steps"]
+    if any(isinstance(k, int) and k > steps for k in (second or []) + first):
+        return tr("Your training went on past step {steps} (on_step saw step {k}): it does not stop. Train "
+                  "exactly until step `steps`, and do not .repeat() the dataset.", steps=steps,
+                  k=max(k for k in (second or []) + first if isinstance(k, int)))
+    where = tr("The first run had reached step {k} (the check stops it after step {crash}).",
+               k=first[-1] if first else 0, crash=case["crash_at"])
+    if second is not None:
+        where = tr("The restart had reached step {k} of {steps}.", k=second[-1] if second else "-", steps=steps)
+    if "at" not in progress:
+        return where + " " + tr("on_step was never called: look for an endless loop before the first step, or an "
+                                "iterator that never ends.")
+    idle = time.monotonic() - progress["at"]
+    if idle < 15:
+        return where + " " + tr("Your code was still making progress ({idle:.0f} s since the last on_step), so "
+                                "the machine is probably busy, or slow experiments ran before: run the check "
+                                "again.", idle=idle)
+    return where + " " + tr("Nothing happened for the last {idle:.0f} s (no on_step): look for an endless loop, or "
+                            "an iterator that never ends (e.g. a dataset with .repeat()).", idle=idle)
 
 
 @item("q5", points=3, title="train_resumable: resume after a worker failure with the same final weights")
@@ -558,20 +614,37 @@ class q5:
         return out
 
     def observe(ns, case):
+        import shutil
+        import time
+
         ns.function("train_resumable")  # not defined yet: not attempted
         folder = ns.kernel(_q5_folder)
+        progress: dict = {"first": [], "folders": []}
+
+        def note_first(k):  # runs here, where the check runs: what is on disk when on_step(k) is called
+            progress["first"].append(k)
+            progress["at"] = time.monotonic()
+            progress["folders"].append(_folder_state(folder))
+
+        def note_second(k):
+            progress["second"].append(k)
+            progress["at"] = time.monotonic()
+
         try:
             if ns.fresh_process is not None:  # the grader: a real process, killed with SIGKILL
-                first = _first_run_killed(ns, case, folder)
+                first = _first_run_killed(ns, case, folder, note_first)
             else:  # check(): the kill simulated in this kernel
-                first = ns.kernel(_first_run_simulated, case, folder)
+                first = ns.kernel(_first_run_simulated, case, folder, note_first)
             # The restart: a new process would build everything again, from *other* initial weights, and here
-            # the data after the checkpoint differs too. on_step runs here, where the check runs.
-            second_steps = []
-            end = ns.kernel(_q5_launch, case, folder, second_steps.append, True)
-            return {**first, "second_steps": second_steps, "losses": end["losses"], "weights": end["weights"]}
+            # the data after the checkpoint differs too.
+            progress["second"] = []
+            end = ns.kernel(_q5_launch, case, folder, note_second, True)
+            return {**first, "first_steps": progress["first"], "first_folders": progress["folders"],
+                    "second_steps": progress["second"], "losses": end["losses"], "weights": end["weights"]}
+        except ItemTimeout:  # say how far the runs got: a busy machine is not an endless loop
+            raise ItemTimeout(_progress_text(case, progress)) from None
         finally:
-            ns.kernel(_q5_remove, folder)
+            shutil.rmtree(folder, ignore_errors=True)
 
     def judge(case, seen):
         import numpy as np
@@ -593,11 +666,6 @@ class q5:
         if seen["first"] == "raised":
             raise Fail(tr("the first run should train until the check kills its process after step {crash}, but "
                           "train_resumable raised {error}", crash=crash, error=error))
-        if seen["first"] == "timeout":
-            raise Fail(tr("the first run should reach step {crash}, where the check kills its process, within "
-                          "{seconds:.0f} s, but it was still running. That process runs your notebook's cells "
-                          "first, so slow experiments in them count too. Its last output: {error}", crash=crash,
-                          seconds=FIRST_RUN_S, error=error))
         if seen["first"] == "died":
             raise Fail(tr("the first run's process ended before the check killed it after step {crash} ({error})",
                           crash=crash, error=error))
@@ -606,6 +674,13 @@ class q5:
                           "raises propagate; the check kills the run after step {crash}. on_step saw {saw} and the "
                           "run {ended}.", crash=crash, saw=seen["first_steps"][:12],
                           ended=tr("ended normally") if seen["first"] == "finished" else tr("was killed")))
+        folders = seen.get("first_folders") or []
+        for k in range(every, crash + 1, every):  # on_step(k) of a due step: its checkpoint is already on disk
+            if len(folders) >= k and folders[k - 1] == folders[k - 2]:
+                raise Fail(tr("when on_step({k}) was called, the checkpoint of step {k} was not on disk yet (the "
+                              "checkpoint folder had not changed since on_step({prev})). Save first, then call "
+                              "on_step(k): a worker killed right after on_step(k) would otherwise lose that "
+                              "checkpoint.", k=k, prev=k - 1))
         resume = (crash // every) * every  # the last checkpoint written before the failure
         want_steps = list(range(resume + 1, steps + 1))
         got_steps = seen["second_steps"]
