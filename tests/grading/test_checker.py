@@ -66,8 +66,9 @@ def _own_rows(table):
 
 
 def test_check_says_the_grader_withholds_an_item_answered_by_a_course_helper(capsys):
-    """Lab 08 q5 built on bottleneck.classify (or _step_table) is right, but the grader withholds it: check()
-    says so and scores 0, whether the helper is called through its module or through a name bound to it."""
+    """Lab 08 q5 built on bottleneck.classify (or _step_table) is right, but the graded kernel's copy of the course
+    does not run them: check() says so and scores 0, whether the helper is called through its module or through
+    a name bound to it."""
     from gpucourse import bottleneck
 
     classify, step_table = bottleneck.classify, bottleneck._step_table
@@ -76,7 +77,7 @@ def test_check_says_the_grader_withholds_an_item_answered_by_a_course_helper(cap
     check("q5", {"step_verdicts": via_module})
     result = check.results["q5"]
     assert (result.status, result.points) == ("fail", 0)
-    assert "The grader withholds this item's marks: your code called `gpucourse.bottleneck.classify`" in result.message
+    assert "Under the grader this item fails: your code called `bottleneck.classify`" in result.message
     assert result.message.endswith("the answer is right.")
 
     namespace = {"classify": classify}  # from gpucourse.bottleneck import classify: the notebook's own name
@@ -84,8 +85,8 @@ def test_check_says_the_grader_withholds_an_item_answered_by_a_course_helper(cap
     namespace["answer"] = _verdicts_with(lambda t: bottleneck._step_table(t).rows,
                                          lambda rows: namespace["classify"](rows).kind)
     check("q5", namespace)
-    assert "`gpucourse.bottleneck._step_table`, `gpucourse.bottleneck.classify`" in check.results["q5"].message
-    assert namespace["classify"] is classify  # put back as it was
+    assert "`bottleneck._step_table`, `bottleneck.classify`" in check.results["q5"].message
+    assert namespace["classify"] is classify  # nothing of the learner's is rebound
     assert (bottleneck.classify, bottleneck._step_table) == (classify, step_table)
 
     def own_rule(rows):

@@ -1,51 +1,77 @@
-"""Lab 04 q5 without a kernel: how the grader's first run (a killed worker process) is read and judged."""
+"""Lab 04 without a kernel: how the grader's first run of q5 (a fresh process it kills) is read and judged."""
 
 import random
 
 import pytest
 
-from gpucourse.grading.items import Fail, items_in
+from gpucourse.grading.items import Fail, KernelLost, ProcessKilled, RaisedInKernel
 from gpucourse.labtests import lab04
 
 CASE = lab04.q5.cases(random.Random(4))[0]
 CRASH = CASE["crash_at"]
 
 
-def fake_worker(answer: dict, calls: list):
-    def worker(entry, args, stop_at=None, timeout_s=60.0):
-        calls.append((entry, args, stop_at, timeout_s))
-        return answer
-    return worker
+class FakeFresh:
+    """``ns.fresh_process()`` without a kernel: its first launch calls on_step for each step, as ``behave`` says."""
+
+    def __init__(self, behave):
+        self.behave, self.killed, self.calls = behave, False, []
+
+    def __call__(self):
+        return self
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def kill(self):
+        self.killed = True
+
+    def kernel(self, fn, case, folder, on_step, restart):
+        self.calls.append((fn, folder, restart))
+        for k in range(1, self.behave.get("last", case["steps"]) + 1):
+            if self.behave.get("raise_at") == k:
+                raise self.behave["error"]
+            on_step(k)
+            if self.killed:
+                raise ProcessKilled("killed")
+        return {"losses": [], "weights": []}
 
 
-def first_run(reports, ended, log=""):
-    calls = []
-    seen = lab04._first_run_killed(fake_worker({"reports": reports, "ended": ended, "log": log}, calls),
-                                   CASE, "/tmp/ckpt")
-    return seen, calls
+class FakeNS:
+    def __init__(self, fresh):
+        self.fresh_process = fresh
 
 
-def test_the_worker_runs_the_first_launch_and_is_killed_at_the_crash_step():
-    steps = [["step", k] for k in range(1, CRASH + 1)]
-    seen, calls = first_run(steps, "killed")
-    assert seen == {"first": "killed", "first_steps": list(range(1, CRASH + 1)), "first_error": "",
-                    "first_folders": []}
-    entry, args, stop_at, _ = calls[0]
-    assert entry is lab04._first_launch  # a module-level function: the worker finds it in the test file's text
-    assert args == {"case": CASE, "folder": "/tmp/ckpt"} and stop_at == ["step", CRASH]
+def first_run(behave):
+    fresh, steps = FakeFresh(behave), []
+    seen = lab04._first_run_killed(FakeNS(fresh), CASE, "/tmp/ckpt", steps.append)
+    return seen, steps, fresh
 
 
-@pytest.mark.parametrize("reports, ended, log, first, error", [
-    ([["missing"]], "exit 0", "", "missing", ""),
-    ([["step", 1], ["raised", "ValueError: no such folder"]], "exit 0", "", "raised", "ValueError: no such folder"),
-    ([["step", 1], ["returned"]], "exit 0", "", "finished", ""),
-    ([["step", 1]], "timeout", "epoch 1\nstill training\n", "timeout", "still training"),
-    ([], "signal 11", "", "died", "signal 11; -"),
-    ([["step", 1]], "exit 1", "Traceback\nMemoryError\n", "died", "exit 1; MemoryError"),
+def test_the_first_run_is_a_fresh_process_killed_at_the_crash_step():
+    seen, steps, fresh = first_run({})
+    assert seen == {"first": "killed", "first_error": ""} and steps == list(range(1, CRASH + 1))
+    assert fresh.killed and fresh.calls == [(lab04._q5_launch, "/tmp/ckpt", False)]
+
+
+@pytest.mark.parametrize("error, first, message", [
+    (RaisedInKernel({"type": "NotDefined", "mro": ["NotDefined", "NotImplementedError"], "message": "x"}),
+     "missing", ""),
+    (RaisedInKernel({"type": "ValueError", "mro": ["ValueError", "Exception"], "message": "no such folder"}),
+     "raised", "ValueError: no such folder"),
+    (KernelLost("the kernel stopped answering"), "died", "the kernel stopped answering"),
 ])
-def test_how_a_first_run_that_was_not_killed_ended(reports, ended, log, first, error):
-    seen, _ = first_run(reports, ended, log)
-    assert (seen["first"], seen["first_error"]) == (first, error)
+def test_how_a_first_run_that_was_not_killed_ended(error, first, message):
+    seen, _, _ = first_run({"raise_at": 1, "error": error})
+    assert (seen["first"], seen["first_error"]) == (first, message)
+
+
+def test_a_first_run_that_stops_before_the_crash_step_finished():
+    seen, steps, fresh = first_run({"last": CRASH - 1})
+    assert seen == {"first": "finished", "first_error": ""} and steps == list(range(1, CRASH)) and not fresh.killed
 
 
 def judged(**seen):
@@ -60,16 +86,9 @@ def test_each_way_the_first_run_fails_has_its_message():
     assert "`train_resumable` was not defined there" in judged(first="missing")
     msg = judged(first="raised", first_error="ValueError: no such folder")
     assert f"after step {CRASH}" in msg and "train_resumable raised ValueError: no such folder" in msg
-    msg = judged(first="timeout", first_error="still training")
-    assert f"within {lab04.FIRST_RUN_S:.0f} s" in msg and "Its last output: still training" in msg
     assert "(exit 1; MemoryError)" in judged(first="died", first_error="exit 1; MemoryError")
     assert "ended normally" in judged(first="finished", first_steps=list(range(1, CASE["steps"] + 1)))
     assert "a killed worker trains no further" in judged(first="went on")  # check()'s simulated kill
-
-
-def test_the_item_asks_the_grader_for_a_worker():
-    workers = {spec.key: spec.worker for spec, _ in items_in(lab04)}
-    assert workers == {"q1": False, "q2": False, "q3": False, "q4": False, "q5": True}
 
 
 def test_q3_names_the_replica_mean_even_when_its_loss_matches_by_chance():
