@@ -67,12 +67,21 @@ def _launch(envs, ckpt: Path, weights: Path, logs: Path, extra=None, more=(), ti
             {i: (logs / f"worker{i}.log").read_text(errors="replace") for i in procs})
 
 
+SUMMARY = re.compile(r"^worker (\d+) of (\d+)( \(chief\))?: resumed from step (\d+), trained to step (\d+) in [\d.]+ s "
+                     r"\((\d+) replicas in sync\); checkpoints at steps ([^;]+); weights sha256 ([0-9a-f]{16}); "
+                     r"final weights: (.+)$", flags=re.M)
+
+
 def _results(logs: dict) -> list[dict]:
+    """Each worker's one-line summary (train_multiworker.summarize), read back."""
     out = []
     for i, text in sorted(logs.items()):
-        lines = [ln for ln in text.splitlines() if ln.startswith(multiworker.RESULT_MARK)]
-        assert lines, f"worker {i} printed no result:\n{text[-3000:]}"
-        out.append(json.loads(lines[-1][len(multiworker.RESULT_MARK):]))
+        found = SUMMARY.findall(text)
+        assert len(found) == 1, f"worker {i} printed {len(found)} summary lines:\n{text[-3000:]}"
+        index, n, chief, start, end, replicas, saved, digest, weights = found[0]
+        out.append({"index": int(index), "num_workers": int(n), "chief": bool(chief), "start_step": int(start),
+                    "steps": int(end), "num_replicas": int(replicas), "saved": saved, "digest": digest,
+                    "weights_file": weights})
     return out
 
 
@@ -108,12 +117,13 @@ def reference(tmp_path_factory):
     results = _ok(codes, logs)
     assert all("cluster source: TF_CONFIG (task worker" in logs[i] for i in range(2))
     assert [r["start_step"] for r in results] == [0, 0] and results[0]["chief"] and not results[1]["chief"]
-    assert results[0]["weights"] == results[1]["weights"], "the two workers must end with the same weights"
+    assert results[0]["digest"] == results[1]["digest"], "the two workers must end with the same weights"
+    assert results[0]["weights_file"] == str(tmp / "final.npy") and results[1]["weights_file"] == "saved by the chief"
     return np.load(tmp / "final.npy"), results
 
 
 def test_slurm_step_trains_to_the_same_weights_and_restarts_from_its_checkpoint(reference, tmp_path):
-    want, ref = reference
+    want, _ = reference
     stub = tmp_path / "bin"
     stub.mkdir()
     (stub / "scontrol").write_text(f"#!/bin/sh\necho \"$@\" >> {tmp_path}/scontrol-calls\necho localhost\n")
@@ -137,10 +147,10 @@ def test_slurm_step_trains_to_the_same_weights_and_restarts_from_its_checkpoint(
     codes, logs = _launch(envs, ckpt, weights, tmp_path / "logs2", more=port)
     results = _ok(codes, logs)
     for i in range(2):
-        assert f"cluster source: SLURM (SlurmClusterResolver: SLURM_PROCID={i}" in logs[i]
+        assert f"cluster source: SLURM (SlurmClusterResolver, SLURM's order: SLURM_PROCID={i}" in logs[i]
         assert f'TF_CONFIG={{"cluster": {{"worker": ["localhost:{base}", "localhost:{base + 1}"]}}' in logs[i]
     assert [r["start_step"] for r in results] == [saved[-1]] * 2
-    assert results[0]["losses"] == pytest.approx(ref[0]["losses"][saved[-1]:], rel=1e-5)
+    assert results[0]["digest"] == results[1]["digest"]
     np.testing.assert_allclose(np.load(weights), want, rtol=1e-5, atol=1e-6)
     calls = (tmp_path / "scontrol-calls").read_text().split("\n") if (tmp_path / "scontrol-calls").exists() else []
     assert all(c in ("", "show hostnames localhost") for c in calls), calls
@@ -206,6 +216,7 @@ def test_manifest_has_the_fields_kubernetes_requires_and_agrees_with_itself():
     assert spec["completionMode"] == "Indexed"
     assert spec["completions"] == spec["parallelism"] >= 2
     assert isinstance(spec["backoffLimit"], int) and spec["backoffLimit"] >= 0
+    assert spec["podReplacementPolicy"] == "Failed", "one pod per index at a time (Duplicate task registration)"
     pod = spec["template"]["spec"]
     assert pod["restartPolicy"] in ("Never", "OnFailure")  # a Job's pods may not use Always
     containers = pod["containers"]
@@ -237,16 +248,84 @@ def test_sbatch_asks_for_one_task_per_gpu_and_starts_the_script_with_srun():
     opts = dict(re.findall(r"^#SBATCH --([\w-]+)=(\S+)", text, flags=re.M))
     assert int(opts["ntasks-per-node"]) == int(opts["gres"].rsplit(":", 1)[1]), "one task per GPU"
     assert int(opts["nodes"]) >= 2
-    srun = re.search(r"srun (.*?)python -m gpucourse\.train_multiworker(.*?); then", text, flags=re.S)
-    assert srun and "--kill-on-bad-exit=1" in srun.group(1) and "--distribution=block" in srun.group(1)
-    assert "--slurm-port-base" in srun.group(2) and "--checkpoint-dir" in srun.group(2)
+    srun = re.search(r"^SRUN=\((.*?)\)$", text, flags=re.M).group(1).split()
+    # Since SLURM 22.05 srun does not take --cpus-per-task from sbatch (sbatch's man page): pass it on.
+    assert srun[0] == "srun" and '--cpus-per-task="${SLURM_CPUS_PER_TASK:-1}"' in srun
+    assert {"--distribution=block", "--label"} <= set(srun)
+    args = re.search(r"^ARGS=\((.*?)\)$", text, flags=re.M | re.S).group(1)
+    assert "--slurm-port-base" in args and "--checkpoint-dir" in args
+    assert re.search(r'^"\$\{SRUN\[@\]\}" python -m gpucourse\.train_multiworker --check "\$\{ARGS\[@\]\}"', text,
+                     flags=re.M), "a step that only checks, before the training"
+    assert re.search(r'^  "\$\{SRUN\[@\]\}" --kill-on-bad-exit=1 python -m gpucourse\.train_multiworker "\$\{ARGS\[@\]\}"',
+                     text, flags=re.M)
+    assert "sbatch --gres=none --nodes=1 --ntasks-per-node=2 --cpus-per-task=1" in text, "the CPU form, documented"
+    assert "PartitionConfig" in text
     out = subprocess.run(["bash", "-n", str(SBATCH)], capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stderr
 
 
-@pytest.mark.parametrize("version", ["1.27", "latest"])
+def _run_template(tmp_path: Path, codes: list[int], job_id: int = 7) -> tuple[subprocess.CompletedProcess, list]:
+    """Run the batch script with bash, a stub srun that records its arguments and exits with ``codes`` in turn."""
+    stub, venv = tmp_path / "bin", tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "activate").write_text("")
+    stub.mkdir()
+    (tmp_path / "codes").write_text("\n".join(map(str, codes)) + "\n")
+    (stub / "srun").write_text(f"""#!/bin/bash
+printf '%s\\n' "$*" >> {tmp_path}/calls
+code=$(head -n 1 {tmp_path}/codes); sed -i 1d {tmp_path}/codes; exit "${{code:-99}}"
+""")
+    (stub / "srun").chmod(0o755)
+    env = {**_base_env(), "PATH": f"{stub}:{os.environ['PATH']}", "SLURM_JOB_ID": str(job_id),
+           "SLURM_JOB_NAME": "tf-multiworker", "SLURM_CPUS_PER_TASK": "8", "CKPT_DIR": str(tmp_path / "ckpt"),
+           "VENV": str(venv), "HOME": str(tmp_path)}
+    out = subprocess.run(["bash", str(SBATCH)], env=env, capture_output=True, text=True, timeout=30)
+    calls = (tmp_path / "calls").read_text().splitlines() if (tmp_path / "calls").exists() else []
+    return out, calls
+
+
+@pytest.mark.parametrize("codes, exit_code, trainings, restarts, says", [
+    ([0, 0], 0, 1, 0, ["training finished (attempt 1 of 3)"]),
+    ([0, 137, 0], 0, 2, 1, ["step failed with exit code 137 (attempt 1 of 3); restarting from the last checkpoint",
+                            "training finished (attempt 2 of 3)"]),
+    ([0, 137, 143, 1], 1, 3, 2, ["(attempt 1 of 3); restarting", "(attempt 2 of 3); restarting",
+                                 "step failed 3 times; giving up"]),
+    ([0, 2], 2, 1, 0, ["exit code 2 (attempt 1 of 3): a configuration error, named above; not retrying"]),
+    ([0, 137, 2], 2, 2, 1, ["exit code 2 (attempt 2 of 3): a configuration error"]),
+    ([2], 2, 0, 0, ["checks failed (exit code 2)"]),
+])
+def test_the_retry_loop_runs_the_step_at_most_3_times_and_never_retries_exit_2(tmp_path, codes, exit_code, trainings,
+                                                                                 restarts, says):
+    """The template's loop with a stub srun: exit codes in turn for the check step, then each training step."""
+    out, calls = _run_template(tmp_path, codes)
+    assert out.returncode == exit_code, out.stdout + out.stderr
+    assert len(calls) == 1 + trainings and "--check" in calls[0].split()
+    for call in calls:
+        assert call.startswith("--cpus-per-task=8 --distribution=block --label"), call
+        assert "--slurm-port-base 20056 " in call + " "  # job 7: 20000 + 7 % 1500 * 8
+    assert all("--kill-on-bad-exit=1" in c and "--check" not in c.split() for c in calls[1:])
+    for line in says:
+        assert line in out.stdout, out.stdout
+    assert out.stdout.count("restarting") == restarts, out.stdout  # never after the last attempt
+
+
+def test_port_blocks_of_jobs_sharing_a_node_do_not_overlap():
+    """The template's PORT_BASE line, run by bash: 8 ports per job, below Linux's ephemeral ports (32768+)."""
+    line = re.search(r"^PORT_BASE=.*$", SBATCH.read_text(), flags=re.M).group(0)
+    script = f"for SLURM_JOB_ID in $(seq 1000 4100) 4294967294; do unset PORT_BASE; {line}; echo $PORT_BASE; done"
+    bases = [int(v) for v in subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60,
+                                            env={"PATH": os.environ["PATH"]}).stdout.split()]
+    assert len(bases) == 3102 and all(20000 <= b and b + 7 <= 32767 for b in bases)
+    window = bases[:1500]  # 1500 consecutive job ids: no two blocks of 8 overlap
+    assert all(abs(a - b) >= 8 for i, a in enumerate(window) for b in window[i + 1:i + 1500])
+    assert subprocess.run(["bash", "-c", f"SLURM_JOB_ID=7 PORT_BASE=4000; {line}; echo $PORT_BASE"],
+                          capture_output=True, text=True, timeout=30).stdout.strip() == "4000", "PORT_BASE overrides"
+
+
+@pytest.mark.parametrize("version", ["1.34", "latest"])
 def test_manifest_validates_against_the_kubernetes_schema(version):
-    """The Kubernetes OpenAPI schema (strict: unknown fields are errors), bundled by kubernetes-validate: offline."""
+    """The Kubernetes OpenAPI schema (strict: unknown fields are errors), bundled by kubernetes-validate: offline.
+    1.34: podReplacementPolicy is GA there (schemas before 1.28 do not know the field)."""
     kv = pytest.importorskip("kubernetes_validate", reason="pip install kubernetes-validate (bundles the schemas)")
     import copy
 
