@@ -204,8 +204,8 @@ PartitionName=debug Nodes={self.node} Default=YES MaxTime=INFINITE State=UP
     def submit(self, script: Path, *options: str, env: dict | None = None, cwd: Path | None = None) -> int:
         """``sbatch [options] script`` from ``cwd``, with ``env`` over this process's environment and this
         cluster's ``SLURM_CONF``; sbatch hands that environment on to the job."""
-        out = subprocess.run([_exe("sbatch"), "--parsable", *options, str(script)], env={**self.env, **(env or {}), "SLURM_CONF": str(self.conf)},
-                             cwd=cwd, capture_output=True, text=True, timeout=30)
+        out = subprocess.run([_exe("sbatch"), "--parsable", *options, str(script)], cwd=cwd, capture_output=True,
+                             env={**self.env, **(env or {}), "SLURM_CONF": str(self.conf)}, text=True, timeout=30)
         if out.returncode != 0:
             raise RuntimeError(f"sbatch exited {out.returncode}: {out.stderr.strip()}")
         return int(out.stdout.strip().split(";")[0])

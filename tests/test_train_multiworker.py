@@ -204,6 +204,58 @@ def test_no_cluster_description_stops_before_tensorflow(tmp_path):
     assert "TRAIN_NUM_WORKERS is set" in out.stderr and not list(tmp_path.iterdir())
 
 
+def _main_in_a_fresh_process(args: list[str], env: dict) -> tuple[int, str, bool]:
+    """train_multiworker.main(args) in a fresh interpreter: (its return value, its output, TensorFlow imported?)."""
+    code = ("import sys; from gpucourse import train_multiworker as t; rc = t.main(sys.argv[1:]); "
+            "print('RESULT', rc, 'tensorflow' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True, timeout=60)
+    m = re.search(r"^RESULT (\d+) (True|False)$", out.stdout, flags=re.M)
+    assert m, out.stdout + out.stderr
+    return int(m.group(1)), out.stdout + out.stderr, m.group(2) == "True"
+
+
+def test_a_port_in_use_stops_before_tensorflow_naming_what_chose_it(tmp_path):
+    ports = multiworker.free_ports(2)
+    with socket.socket() as holder:
+        holder.bind(("0.0.0.0", ports[1]))
+        holder.listen()
+        env = {**_base_env(), "TF_CONFIG": multiworker.tf_config(ports, 1)}
+        rc, text, tf_imported = _main_in_a_fresh_process(["--checkpoint-dir", str(tmp_path / "ckpt")], env)
+        assert (rc, tf_imported) == (2, False), text
+        assert (f"ClusterError: TF_CONFIG: port {ports[1]} of this worker's address 127.0.0.1:{ports[1]} is already "
+                "in use") in text
+        step = {"SLURM_PROCID": "1", "SLURM_LOCALID": "1", "SLURM_STEP_NUM_TASKS": "2", "SLURM_NTASKS": "2",
+                "SLURM_STEP_NODELIST": "localhost", "SLURM_STEP_TASKS_PER_NODE": "2"}
+        rc, text, tf_imported = _main_in_a_fresh_process(
+            ["--check", "--checkpoint-dir", str(tmp_path / "ckpt"), "--slurm-port-base", str(ports[1] - 1)],
+            {**_base_env(), **step})
+        assert (rc, tf_imported) == (2, False), text
+        assert (f"ClusterError: --slurm-port-base: port {ports[1]} (--slurm-port-base {ports[1] - 1} + 1, task 1 of "
+                "this node) is already in use") in text and "PORT_BASE=" in text and "slurm_multiworker.sbatch" in text
+    # The same worker, the port free again: the checks pass (and still no TensorFlow).
+    rc, text, tf_imported = _main_in_a_fresh_process(["--check", "--checkpoint-dir", str(tmp_path / "ckpt")], env)
+    assert (rc, tf_imported) == (0, False) and "checks passed" in text, text
+
+
+def test_a_checkpoint_folder_it_cannot_write_stops_before_tensorflow(tmp_path):
+    (tmp_path / "a-file").write_text("not a folder")
+    bad = tmp_path / "a-file" / "ckpt"
+    env = {**_base_env(), "TF_CONFIG": multiworker.tf_config(multiworker.free_ports(2), 0)}
+    rc, text, tf_imported = _main_in_a_fresh_process(["--checkpoint-dir", str(bad)], env)
+    assert (rc, tf_imported) == (2, False), text
+    assert f"ClusterError: --checkpoint-dir: cannot write to '{bad}'" in text and "Not a directory" in text
+    if os.geteuid() != 0:  # root writes anywhere: the real-SLURM test uses a read-only mount instead
+        ro = tmp_path / "ro"
+        ro.mkdir(mode=0o500)
+        rc, text, _ = _main_in_a_fresh_process(["--checkpoint-dir", str(ro)], env)
+        assert rc == 2 and "Permission denied" in text, text
+    for name in ("ckpt", "gs://bucket/run1"):  # a URL is TensorFlow's to write
+        rc, text, _ = _main_in_a_fresh_process(["--check", "--checkpoint-dir", str(tmp_path / name) if name == "ckpt"
+                                                else name], env)
+        assert rc == 0, text
+    assert not [p for p in (tmp_path / "ckpt").iterdir()], "the write check leaves nothing behind"
+
+
 # --------------------------------------------------------------------------- the templates
 
 
@@ -256,8 +308,8 @@ def test_sbatch_asks_for_one_task_per_gpu_and_starts_the_script_with_srun():
     assert "--slurm-port-base" in args and "--checkpoint-dir" in args
     assert re.search(r'^"\$\{SRUN\[@\]\}" python -m gpucourse\.train_multiworker --check "\$\{ARGS\[@\]\}"', text,
                      flags=re.M), "a step that only checks, before the training"
-    assert re.search(r'^  "\$\{SRUN\[@\]\}" --kill-on-bad-exit=1 python -m gpucourse\.train_multiworker "\$\{ARGS\[@\]\}"',
-                     text, flags=re.M)
+    train = r'^  "\$\{SRUN\[@\]\}" --kill-on-bad-exit=1 python -m gpucourse\.train_multiworker "\$\{ARGS\[@\]\}"'
+    assert re.search(train, text, flags=re.M), "the training step: one failing task ends it"
     assert "sbatch --gres=none --nodes=1 --ntasks-per-node=2 --cpus-per-task=1" in text, "the CPU form, documented"
     assert "PartitionConfig" in text
     out = subprocess.run(["bash", "-n", str(SBATCH)], capture_output=True, text=True, timeout=30)

@@ -5,8 +5,8 @@ model with its custom loop under ``MultiWorkerMirroredStrategy``, on whatever
 cluster started it, and resumes from the last checkpoint when restarted.
 
 * It finds its cluster with :func:`gpucourse.clusters.resolve_cluster`:
-  ``TF_CONFIG`` (you, the course launcher, Vertex AI), SLURM (through
-  TensorFlow's ``SlurmClusterResolver``) or a Kubernetes Indexed Job
+  ``TF_CONFIG`` (you, the course launcher, Vertex AI), SLURM (in SLURM's task
+  order, checked against TensorFlow's ``SlurmClusterResolver``) or a Kubernetes Indexed Job
   (``JOB_COMPLETION_INDEX`` + the manifest's ``TRAIN_*`` variables), prints
   which one, and hands it to the strategy as ``TF_CONFIG``. No source, or two
   that disagree: it stops with exit code 2 and a message naming the variable.
@@ -24,7 +24,9 @@ cluster started it, and resumes from the last checkpoint when restarted.
   cluster); a worker that starts finds the latest checkpoint there and goes on
   from it. The chief writes the final weights to ``--weights-out``. Each worker
   ends with one short summary line (:func:`summarize`), short enough that the
-  lines of several workers sharing one log never run into each other.
+  lines of several workers sharing one log never run into each other. Once the
+  strategy runs, SIGTERM ends the worker again (TensorFlow catches it), so an
+  engine's stop signal stops it (``multiworker._restore_sigterm``).
 
 Templates for each engine, and what each does when a worker fails, are in
 ``docs/clusters/``. Importing this module never imports TensorFlow.
@@ -101,8 +103,9 @@ def check_port(cluster: clusters.Cluster, slurm_port_base: int | None = None) ->
     host = socket.gethostname()
     if "SLURM" in cluster.source:
         base = slurm_port_base if slurm_port_base is not None else port - cluster.local_rank
-        raise clusters.ClusterError("--slurm-port-base", f"port {port} (--slurm-port-base {base} + {cluster.local_rank}, "
-                                    f"task {cluster.local_rank} of this node) {why} on {host}: another program or job "
+        raise clusters.ClusterError("--slurm-port-base",
+                                    f"port {port} (--slurm-port-base {base} + {cluster.local_rank}, task "
+                                    f"{cluster.local_rank} of this node) {why} on {host}: another program or job "
                                     f"listens there. Choose other ports: change the line PORT_BASE=... in "
                                     f"{SLURM_TEMPLATE} (or submit with PORT_BASE=<free port> sbatch ...), or pass "
                                     "another --slurm-port-base")
