@@ -3,7 +3,7 @@
 A one-node cluster on this machine (munged, slurmctld, slurmd: ``tests/slurm_tools.py``) runs the
 repository's own template in the CPU form its comments document -- the same file, with
 ``sbatch --gres=none --nodes=1 --ntasks-per-node=2 --cpus-per-task=1`` and the variables CKPT_DIR, VENV,
-STEPS, SAVE_EVERY (PORT_BASE for the port case) -- not a copy. It checks a clean run; a ``kill -9`` of the
+STEPS, SAVE_EVERY and PORT_BASE -- not a copy. It checks a clean run; a ``kill -9`` of the
 chief mid-training, after which the template's loop restarts the step and it resumes from the checkpoint
 with final weights equal to the clean run's; and the two configuration errors the checks catch before
 TensorFlow starts (a port in use, a checkpoint folder it cannot write), which end the job with exit code 2
@@ -55,11 +55,27 @@ def slurm():
         cluster.stop()
 
 
+def _free_pair() -> int:
+    """A port p with p and p + 1 free: the job's PORT_BASE. The template's own choice (from the job id) is tested
+    in test_train_multiworker.py; here another SLURM on this machine (another test run) may number its jobs alike."""
+    for _ in range(50):
+        base = multiworker.free_ports(1)[0]
+        try:
+            with socket.socket() as a, socket.socket() as b:
+                a.bind(("0.0.0.0", base))
+                b.bind(("0.0.0.0", base + 1))
+            return base
+        except OSError:
+            continue
+    pytest.skip("no two consecutive free ports")
+
+
 def _env(folder: Path, **more) -> dict:
     clean = {k: v for k, v in os.environ.items()
              if not re.match(r"^(SLURM.*|TF_CONFIG|JOB_COMPLETION_INDEX|TRAIN_.*|CUDA_VISIBLE_DEVICES)$", k)}
     return {**clean, "CKPT_DIR": str(folder / "ckpt"), "VENV": str(Path(sys.executable).parent.parent),
-            "STEPS": str(STEPS), "SAVE_EVERY": str(SAVE_EVERY), "CUDA_VISIBLE_DEVICES": "-1", **more}
+            "STEPS": str(STEPS), "SAVE_EVERY": str(SAVE_EVERY), "CUDA_VISIBLE_DEVICES": "-1",
+            "PORT_BASE": str(_free_pair()), **more}
 
 
 def _log(folder: Path, job: int) -> str:

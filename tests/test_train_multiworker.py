@@ -256,6 +256,30 @@ def test_a_checkpoint_folder_it_cannot_write_stops_before_tensorflow(tmp_path):
     assert not [p for p in (tmp_path / "ckpt").iterdir()], "the write check leaves nothing behind"
 
 
+def test_a_finished_worker_ends_on_sigterm_and_keeps_its_iterator_until_it_exits(tmp_path):
+    """Two things the real-SLURM runs showed (docs/clusters/README.md), checked in one worker of a 1-worker cluster:
+    once the strategy runs, SIGTERM is not caught (TensorFlow catches it; the worker restores the default, so
+    srun's SIGTERM ends a survivor at once), and the distributed iterator is still alive when the worker's
+    function has returned (deleting it can wait for a peer that has already left)."""
+    code = """if True:
+        import re, sys
+        from gpucourse import multiworker
+        result = multiworker._run_worker(3, 8, 0, "loop", sys.argv[1], 1, None)
+        status = open("/proc/self/status").read()
+        caught = int(re.search(r"^SigCgt:\\s+([0-9a-f]+)", status, flags=re.M).group(1), 16)
+        kept = [type(o).__name__ for o in multiworker._KEEP_UNTIL_EXIT[-1] if o is not None]
+        print("RESULT", bool(caught & (1 << 14)), kept, result["saved"], flush=True)
+        import os; os._exit(0)
+    """
+    env = {**_base_env(), "TF_CONFIG": multiworker.tf_config(multiworker.free_ports(1), 0)}
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "ckpt")], env=env, capture_output=True, text=True,
+                         timeout=TIMEOUT)
+    m = re.search(r"^RESULT (True|False) (\[.*\]) \[1, 2, 3\]$", out.stdout, flags=re.M)
+    assert m, out.stdout + out.stderr[-3000:]
+    assert m.group(1) == "False", "SIGTERM is caught: a survivor would ignore srun's / Kubernetes' SIGTERM"
+    assert "DistributedIterator" in m.group(2) and "CollectiveAllReduceStrategy" in m.group(2), m.group(2)
+
+
 # --------------------------------------------------------------------------- the templates
 
 
