@@ -5,10 +5,12 @@ variables srun sets for a 2-task step on one node, a stub scontrol on PATH, the 
 SlurmClusterResolver) -- first with worker 1 killed after step 2, then restarted from the checkpoint
 -- and as a Kubernetes Indexed Job would (the environment read from docs/clusters/k8s_indexed_job.yaml,
 JOB_COMPLETION_INDEX per pod, the pod names pointed at 127.0.0.1 ports with TRAIN_HOST_MAP). All end
-with the chief's final weights file equal to the reference's. Every launch has a timeout.
+with the chief's final weights file equal to the reference's. Every launch has a timeout. Then the checks
+before TensorFlow (a port in use, a checkpoint folder it cannot write), a finished worker (SIGTERM not caught,
+its iterator kept until exit), and the templates: the batch script's retry loop with a stub srun, its port
+blocks, the manifest against Kubernetes' schema. The same batch script on a real SLURM: test_slurm_real.py.
 """
 
-import json
 import os
 import re
 import signal
