@@ -81,14 +81,18 @@ lab-settings:
 
 # Debian packages the tests need: Chromium for the browser test (no browser is downloaded), a CJK font so that
 # the Chinese pages' screenshots show characters, not boxes, and bubblewrap, the grader's sandbox for each
-# graded kernel (docs/instructors.md). Installs only what is missing and only when we may (root); otherwise it
-# says what is missing: the browser test then skips (fails when CI=true), the grader runs less isolated and says so.
+# graded kernel (docs/instructors.md), and SLURM with munge (slurmctld, slurmd, slurm-client, munge), on which
+# tests/test_slurm_real.py runs the SLURM template as a one-node cluster. Installs only what is missing and only
+# when we may (root); otherwise it says what is missing: the browser and SLURM tests then skip (fail when CI=true),
+# the grader runs less isolated and says so.
 system-deps:
 	@found="$$CHROMIUM"; for b in chromium chromium-browser google-chrome google-chrome-stable; do \
 	  command -v $$b >/dev/null 2>&1 && found=$$b; done; \
 	missing=""; [ -n "$$found" ] || missing="chromium"; \
 	dpkg -s fonts-noto-cjk >/dev/null 2>&1 || fc-list 2>/dev/null | grep -qi "Noto Sans CJK" || missing="$$missing fonts-noto-cjk"; \
 	command -v bwrap >/dev/null 2>&1 || missing="$$missing bubblewrap"; \
+	for d in slurmctld:slurmctld slurmd:slurmd sbatch:slurm-client munged:munge; do \
+	  command -v $${d%%:*} >/dev/null 2>&1 || [ -x /usr/sbin/$${d%%:*} ] || missing="$$missing $${d#*:}"; done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "installing Debian's$$missing for the tests"; \
