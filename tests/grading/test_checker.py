@@ -104,3 +104,14 @@ def test_check_says_the_grader_withholds_an_item_answered_by_a_course_helper(cap
 GROUPS = {"infeedTimeMs": "input", "kernelLaunchTimeMs": "host", "hostComputeTimeMs": "host", "compileTimeMs": "host",
           "otherTimeMs": "host", "deviceComputeTimeMs": "device", "deviceToDeviceTimeMs": "device",
           "deviceCollectivesTimeMs": "device", "outfeedTimeMs": "device"}
+
+
+def test_check_warns_when_the_notebook_uses_a_module_the_lab_forbids(capsys):
+    from gpucourse import mfu
+
+    check = Checker("09")
+    check("q3", {"dense_train_flops": lambda b, i, o: mfu.dense_train_flops(b, i, o), "mfu": mfu})
+    out = capsys.readouterr().out
+    assert "uses `gpucourse.mfu`, which lab 09 forbids: in the graded kernel it cannot be imported" in out
+    check("q3", {"dense_train_flops": lambda b, i, o: 6.0 * b * i * o})
+    assert "forbids" not in capsys.readouterr().out

@@ -41,10 +41,11 @@ class Checker:
         self.lab = lab.zfill(2)
         # While the grader runs, the tests are not in the kernel (its copy of the course has none): the grader
         # checks every item itself.
-        self._items = {}
+        self._items, self._forbidden = {}, ()
         if not _grading():
             module = load_test_file(lab_test_path(self.lab))  # (a clear error for a lab that does not exist)
             self._items = {spec.key: (spec, fn) for spec, fn in items_in(module)}
+            self._forbidden = tuple(getattr(module, "FORBIDDEN_MODULES", ()))
         self.results: dict[str, ItemResult] = {}
 
     @property
@@ -68,6 +69,11 @@ class Checker:
         spec, fn = self._items[key]
         self.results[key] = _run(spec, fn, namespace, self.lab)
         print(self.results[key].line())
+        used = _forbidden_in(namespace, self._forbidden)
+        if used:
+            print(tr("⚠️ Your notebook uses {used}, which lab {lab} forbids: in the graded kernel it cannot be "
+                     "imported, so the cell that imports it fails there (and what that cell defines is missing).",
+                     used=", ".join(f"`{m}`" for m in used), lab=self.lab))
 
     def run_all(self, namespace: dict | None = None) -> None:
         """Check every item (quietly), then print the summary."""
@@ -100,6 +106,19 @@ class Checker:
 
     def __repr__(self) -> str:
         return f"Checker(lab={self.lab!r}, items={self.keys})"
+
+
+def _forbidden_in(namespace: dict, forbidden) -> list[str]:
+    """The forbidden modules the notebook's variables lead to: the module itself, or something defined in it."""
+    if not forbidden:
+        return []
+    used = set()
+    for name, value in namespace.items():
+        if name.startswith("_"):
+            continue
+        module = value.__name__ if isinstance(value, type(os)) else getattr(value, "__module__", None)
+        used |= {m for m in forbidden if isinstance(module, str) and (module == m or module.startswith(m + "."))}
+    return sorted(used)
 
 
 def _grading() -> bool:

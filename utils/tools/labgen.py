@@ -91,7 +91,7 @@ def generate_lab(solution: Path):
             new.metadata.pop("execution", None)
         cells.append(new)
     if cells and cells[0].cell_type == "markdown":
-        from .colab import colab_url, kaggle_url
+        from ..colab import colab_url, kaggle_url
 
         title = cells[0].source.replace("(solution)", "(lab)", 1)
         for url in (colab_url, kaggle_url):

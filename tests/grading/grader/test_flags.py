@@ -1,4 +1,5 @@
-"""The static scan and the verdict on the guard's records, without a kernel."""
+"""Review flags (the static scan, the tripwire's records) and the lab rules (answer helpers, forbidden modules),
+without a kernel. No flag ever changes a mark; the rules are enforced by the graded kernel's course copy."""
 
 import importlib
 import pkgutil
@@ -10,10 +11,10 @@ import pytest
 
 import gpucourse
 
+from gpucourse._labrules import answers_of
 from gpucourse.colab import SETUP_CELL
-from gpucourse.grading.channel import Record
-from gpucourse.grading.grader.flags import (ANSWER_HELPERS, answer_helpers, assess, guard_config, helper_items,
-                                         scan_source)
+from gpucourse.grading.grader.course_copy import disabled_helpers
+from gpucourse.grading.grader.flags import GRADER_MODULES, lab_rules, scan_source, tripwire_flags
 from gpucourse.grading.items import items_in, lab_ids, lab_test_path, load_test_file
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -70,18 +71,19 @@ def test_scan_knows_the_lab_template_and_answer_helpers():
     assert "cell 1 " not in text and "cell 2 " in text  # the untouched setup cell is not scanned
 
 
-def test_answer_helpers_map_to_items_and_merge_the_test_files_lists():
+def test_lab_rules_merge_the_courses_marks_with_the_test_files_lists():
     class Module:
         ANSWER_HELPERS = {"q9": ["gpucourse.xla.break_even_calls"]}
+        FORBIDDEN_MODULES = ("gpucourse.mfu",)
 
     class Listed:
         ANSWER_HELPERS = ["gpucourse.xla.variants"]
 
-    got = helper_items("06", [Module, Listed])
-    assert got["gpucourse.xla.break_even_calls"] == ["q9"] and got["gpucourse.xla.padding_cost"] == ["q4"]
-    assert got["gpucourse.xla._hlo_proto"] == ["q2"]
-    assert got["gpucourse.xla.variants"] == []
-    assert set(answer_helpers("07")) == {n for names in ANSWER_HELPERS["07"].values() for n in names}
+    helpers, forbidden = lab_rules("06", [Module, Listed])
+    assert helpers["gpucourse.xla.break_even_calls"] == ["q9"] and helpers["gpucourse.xla.padding_cost"] == ["q4"]
+    assert helpers["gpucourse.xla._hlo_proto"] == ["q2"]  # marked @answers("06", "q2") in gpucourse.xla
+    assert helpers["gpucourse.xla.variants"] == [] and forbidden == ["gpucourse.mfu"]
+    assert set(lab_rules("07")[0]) == set(disabled_helpers("07")) == {"gpucourse.simulate._bound_s"}
 
 
 @pytest.mark.parametrize("listed, fragment", [
@@ -98,14 +100,20 @@ def test_a_test_files_helper_that_does_not_resolve_is_refused(tmp_path, listed, 
     path = tmp_path / "hidden_lab01.py"
     path.write_text(f"ANSWER_HELPERS = {listed!r}\n")
     with pytest.raises(ValueError) as err:
-        helper_items("01", [load_test_file(path)])
+        lab_rules("01", [load_test_file(path)])
     text = str(err.value)
     assert str(path) in text and fragment in text, text
     if isinstance(listed, dict) and isinstance(listed["h1"], list):
         assert repr(listed["h1"][0]) in text and ("fix the spelling" in text or "gpucourse.module.function" in text
                                                   or "list the function" in text)
-    with pytest.raises(ValueError, match="guard_config: ANSWER_HELPERS lists 'gpucourse.xla.padding_cots'"):
-        guard_config(None, ["gpucourse.xla.padding_cots"], [], [], [])
+
+
+@pytest.mark.parametrize("listed, fragment", [(["gpucourse.no_such"], "does not exist"), (["os"], "write a course module")])
+def test_a_test_files_forbidden_module_that_does_not_resolve_is_refused(tmp_path, listed, fragment):
+    path = tmp_path / "hidden_lab09.py"
+    path.write_text(f"FORBIDDEN_MODULES = {listed!r}\n")
+    with pytest.raises(ValueError, match=fragment):
+        lab_rules("09", [load_test_file(path)])
 
 
 def test_the_cli_refuses_a_hidden_test_with_a_misspelt_helper(tmp_path, capsys):
@@ -123,59 +131,36 @@ def test_the_cli_refuses_a_hidden_test_with_a_misspelt_helper(tmp_path, capsys):
     assert not (tmp_path / "g.zip").exists()
 
 
-# --------------------------------------------------------------------------- the answer-helper map is current
+# --------------------------------------------------------------------------- the marks are current
 
 
 def _lab_modules() -> dict:
     return {lab: load_test_file(lab_test_path(lab)) for lab in lab_ids()}
 
 
-def _resolve_helper(dotted: str):
-    module, _, attr = dotted.rpartition(".")
-    assert module.startswith("gpucourse."), f"{dotted}: answer helpers are course helpers (gpucourse.*)"
-    try:
-        mod = importlib.import_module(module)
-    except ImportError as err:
-        raise AssertionError(f"{dotted}: module {module} does not exist ({err})") from None
-    assert hasattr(mod, attr), f"{dotted}: {module} has no attribute {attr!r} (renamed or moved?)"
-    obj = getattr(mod, attr)
-    assert isinstance(obj, (types.FunctionType, type)), f"{dotted} is a {type(obj).__name__}, not a function"
-    return obj
+def test_every_mark_names_an_item_of_its_lab_and_sits_on_a_function_with_a_body():
+    """A mark for a lab or item that does not exist would protect nothing; the course copy replaces a marked
+    function's body, so it must have one of its own (not a one-line ``def``)."""
+    keys = {lab: {spec.key for spec, _ in items_in(module)} for lab, module in _lab_modules().items()}
+    marked = [(lab, name, items) for lab in keys for name, items in disabled_helpers(lab).items()]
+    assert marked, "no helper is marked @answers: the course copy would disable nothing"
+    for lab, name, items in marked:
+        assert set(items) <= keys[lab], f"{name}: lab {lab} has no item {sorted(set(items) - keys[lab])}"
+        module, _, attr = name.rpartition(".")
+        obj = getattr(importlib.import_module(module), attr)
+        assert any(m_lab == lab for m_lab, _ in answers_of(obj)), f"{name}: the runtime mark is missing"
 
 
-def _all_lists() -> list[tuple[str, str, str, str]]:
-    """(where, lab, item key or None, dotted name) for the central map and every lab test file's list."""
-    out = [("integrity.ANSWER_HELPERS", lab, key, name)
-           for lab, items in ANSWER_HELPERS.items() for key, names in items.items() for name in names]
-    for lab, module in _lab_modules().items():
-        extra = getattr(module, "ANSWER_HELPERS", None)
-        pairs = extra.items() if isinstance(extra, dict) else [(None, extra or ())]
-        out += [(f"lab{lab}.ANSWER_HELPERS", lab, key, name) for key, names in pairs for name in names]
-    return out
-
-
-def test_every_answer_helper_resolves_and_names_an_item_of_its_lab():
-    labs = _lab_modules()
-    assert set(ANSWER_HELPERS) <= set(labs), f"ANSWER_HELPERS names labs without tests: {set(ANSWER_HELPERS) - set(labs)}"
-    keys = {lab: {spec.key for spec, _ in items_in(module)} for lab, module in labs.items()}
-    for where, lab, key, name in _all_lists():
-        _resolve_helper(name)
-        assert key is None or key in keys[lab], f"{where}: lab {lab} has no item {key!r} (items: {sorted(keys[lab])})"
-
-
-def test_every_binding_of_an_answer_helper_is_listed():
-    """The guard wraps one module attribute per name: a re-export (``precision.simulate_loss_scale``,
-    ``bottleneck._union_us``) left out of the list would be an unwatched way to the same answer."""
+def test_the_static_mark_reader_finds_every_runtime_mark():
+    """The course copy reads the marks from the source (no import); every marked object must be found there."""
     modules = [importlib.import_module(f"gpucourse.{m.name}") for m in pkgutil.iter_modules(gpucourse.__path__)
-               if m.name not in ("grading", "labtests", "authoring", "labgen", "benchmark")]
-    by_lab: dict[str, set[str]] = {}
-    for _, lab, _, name in _all_lists():
-        by_lab.setdefault(lab, set()).add(name)
-    for lab, names in by_lab.items():
-        for name in sorted(names):
-            obj = _resolve_helper(name)
-            bindings = {f"{m.__name__}.{k}" for m in modules for k, v in vars(m).items() if v is obj}
-            assert bindings <= names, f"lab {lab}: {name} is also reachable as {sorted(bindings - names)}; list those too"
+               if not m.ispkg and m.name not in ("authoring", "labgen", "benchmark", "gpureport", "i18n")]
+    found = {name for lab in lab_ids() for name in disabled_helpers(lab)}
+    for module in modules:
+        for attr, obj in vars(module).items():
+            if answers_of(obj) and getattr(obj, "__module__", "") == module.__name__:
+                assert f"{module.__name__}.{attr}" in found or getattr(obj, "__name__", attr) != attr, \
+                    f"{module.__name__}.{attr} is marked at run time but not found in its source"
 
 
 @pytest.mark.parametrize("lab", lab_ids())
@@ -183,9 +168,21 @@ def test_no_lab_solution_uses_its_answer_helpers(lab):
     """A helper the lab's own solution calls must not be listed: the solution would lose those marks."""
     nb = nbformat.read(next((ROOT / "solutions").glob(f"{lab}_*.ipynb")), as_version=4)
     code = [c.source for c in nb.cells if c.cell_type == "code"]
-    helpers = helper_items(lab, [load_test_file(lab_test_path(lab))])
+    helpers, _ = lab_rules(lab, [load_test_file(lab_test_path(lab))])
     flags = [f for f in scan_source(code, lab, helpers=helpers) if "course helper that answers" in f]
     assert flags == []
+
+
+def _bindings(dotted: str) -> set[str]:
+    """Every ``gpucourse.<module>.<name>`` bound to the helper ``dotted`` (a re-export is the same object)."""
+    module, _, attr = dotted.rpartition(".")
+    obj = getattr(importlib.import_module(module), attr)
+    out = {dotted}
+    for m in pkgutil.iter_modules(gpucourse.__path__):
+        if not m.ispkg and m.name not in ("authoring", "labgen", "benchmark", "gpureport", "i18n"):
+            mod = importlib.import_module(f"gpucourse.{m.name}")
+            out |= {f"gpucourse.{m.name}.{k}" for k, v in vars(mod).items() if v is obj}
+    return out
 
 
 def _item_texts(lab: str) -> dict[str, str]:
@@ -210,85 +207,68 @@ def test_every_item_with_answer_helpers_says_so_in_the_lab(lab):
     an item with private helpers only names their module, and the text says what the grader does."""
     texts = _item_texts(lab)
     by_item: dict[str, list[str]] = {}
-    for name, keys in helper_items(lab, [load_test_file(lab_test_path(lab))]).items():
+    for name, keys in lab_rules(lab, [load_test_file(lab_test_path(lab))])[0].items():
         for key in keys:
             by_item.setdefault(key, []).append(name)
     for key, names in sorted(by_item.items()):
         text = texts.get(key, "")
         assert text, f"lab {lab}: no '## {key}' section in the solution"
         public = {n.rsplit(".", 1)[1]: n for n in names if not n.rsplit(".", 1)[1].startswith("_")}
-        for attr in public:
-            shown = {f"{n.rsplit('.', 2)[-2]}.{attr}" for n in names if n.endswith("." + attr)}
+        for attr, name in public.items():
+            shown = {f"{b.rsplit('.', 2)[-2]}.{attr}" for b in _bindings(name)}  # its module, or one re-exporting it
             assert any(s in text for s in shown), f"lab {lab} {key}: the text should name {' or '.join(shown)}"
         if not public:
             modules = {n.rsplit(".", 2)[-2] for n in names}
             assert any(f"gpucourse.{m}" in text for m in modules), f"lab {lab} {key}: name gpucourse.{modules}"
-        assert "withholds" in text or "flags" in text, f"lab {lab} {key}: say what the grader does"
+        assert "In the graded kernel" in text, f"lab {lab} {key}: say what the grader does (the helper does not run there)"
 
 
-def test_guard_config_preloads_every_helpers_module():
-    config = guard_config(None, ["gpucourse.multiworker.visible_gpu_ids", "gpucourse.xla._HloCounts",
-                                 "gpucourse.bottleneck._union_us"], [], [], [])
-    assert config["preload"] == ["gpucourse.bottleneck", "gpucourse.multiworker", "gpucourse.xla"]
-    course = config["course_modules"]  # listed by the grader: the guard itself imports the standard library only
-    assert {"gpucourse.memory", "gpucourse.monitor", "gpucourse.labtests", "gpucourse.grading.items"} <= set(course)
-    assert "gpucourse.authoring" not in course and "gpucourse.labgen" not in course
+# --------------------------------------------------------------------------- the tripwire's records
 
 
-def _rec(kind, detail, seq=[0]):
-    seq[0] += 1
-    return Record(seq[0], kind, detail)
+def test_each_tripwire_flag_becomes_one_review_line_with_its_place():
+    records = [("look", {"at": 1, "signals": [], "threads": [], "profiler": False, "tracer": False}),
+               ("flag", {"category": "ctypes", "detail": "ctypes.call_function", "where": "/tmp/ipykernel_1/2.py:3 f"}),
+               ("flag", {"category": "introspection", "detail": "sys._getframe", "where": "cell.py:1 g"}),
+               ("look", {"at": 1, "signals": [], "threads": [], "profiler": False, "tracer": False})]
+    flags = tripwire_flags([records], calls=1)
+    assert flags == ["tripwire: called ctypes, which can rewrite any memory: ctypes.call_function at "
+                     "/tmp/ipykernel_1/2.py:3 f", "tripwire: read frames or walked objects: sys._getframe at cell.py:1 g"]
 
 
-def test_assess_sorts_records_into_tampering_withheld_and_flags():
-    plan = ["public:q1", "public:q2", "hidden:h.py:h1"]
-    records = [
-        _rec("ready", (1, 2, 3)),
-        _rec("event", ("submission", "dynamic-code", "exec", "cell:3")),
-        _rec("event", ("item:public:q2", "helper", "gpucourse.xla.padding_cost", "answer:2")),
-        _rec("event", ("item:hidden:h.py:h1", "introspection", "sys._getframe", "secret:5")),
-        _rec("phase", ("begin", "")), _rec("phase", ("item", "public:q1")), _rec("observed", ("public:q1", "{}")),
-        _rec("phase", ("item", "public:q2")), _rec("observed", ("public:q2", "{}")),
-        _rec("phase", ("item", "hidden:h.py:h1")), _rec("observed", ("hidden:h.py:h1", "{}")),
-        _rec("threads", ("loop:9",)), _rec("end", (1.0,)),
-    ]
-    a = assess(records, [], plan)
-    assert a.complete and a.tampering == []
-    assert "public:q2" in a.withheld and "padding_cost" in a.withheld["public:q2"]
-    early = assess([_rec("event", ("submission", "helper", "gpucourse.xla.padding_cost", "cell:4"))], [], plan,
-                   helpers={"gpucourse.xla.padding_cost": ["q4"]})
-    assert list(early.withheld) == ["public:q4"]
-    assert early.flags == ["called gpucourse.xla.padding_cost (in `cell`, line 4)"]
-    assert "inspected the running program" in a.inline_withheld
-    text = "\n".join(a.flags)
-    assert "ran dynamically built code: exec in `cell`, line 3" in text
-    assert "left threads running after the checks (they were killed): in `loop`, line 9" in text
+def test_a_look_reports_signal_handlers_profilers_and_threads():
+    look = {"at": 2, "signals": ["14"], "threads": ["worker"], "profiler": True, "tracer": False}
+    flags = tripwire_flags([[("look", look), ("look", look)]], calls=1)
+    assert "tripwire: set a Python signal handler (signals 14)" in flags
+    assert "tripwire: set a profiler or tracer while the checks ran" in flags
+    assert "tripwire: left threads running: worker" in flags
 
 
-def test_assess_withholds_for_replacements_forgeries_and_disorder():
-    plan = ["public:q1"]
-    records = [_rec("changed", ("submission", (("replaced", "json.dumps"), ("added", "tf.Tensor.__eq__")))),
-               _rec("event", ("submission", "forged", "gpucourse.observed", "cell:1")),
-               _rec("event", ("submission", "ctypes", "ctypes.string_at", "cell:2")),
-               _rec("phase", ("begin", "")), _rec("phase", ("item", "public:q1")),
-               _rec("observed", ("public:q1", "{}")), _rec("observed", ("public:q1", "{}")), _rec("end", (1.0,))]
-    a = assess(records, ["a record the grader's guard did not write arrived on its channel"], plan)
-    text = "\n".join(a.tampering)
-    for fragment in ("json.dumps was replaced", "added tf.Tensor.__eq__", "sent messages that only the grader",
-                     "used ctypes", "did not write", "2 observations for public:q1"):
-        assert fragment in text
-    disorder = assess([_rec("phase", ("item", "public:q1")), _rec("phase", ("begin", "")), _rec("end", (1,))], [], plan)
-    assert any("did not run in the grader's order" in t for t in disorder.tampering)
-    other = assess([_rec("phase", ("begin", "abc")), _rec("phase", ("item", "public:q1")),
-                    _rec("observed", ("public:q1", "{}")), _rec("end", (1,))], [], plan, config_digest="def")
-    assert other.tampering == ["the kernel received other tests or cases than the grader sent"]
+@pytest.mark.parametrize("connections, calls, fragment", [
+    ([], 3, "never reported"),                                     # no connection at all
+    ([[("look", {})]], 3, "1 looks for 3 calls"),                  # looks suppressed
+    ([[("broken", "frame 4 has a wrong MAC")]], 0, "a record was forged or lost: frame 4 has a wrong MAC"),
+])
+def test_a_silenced_tripwire_is_itself_a_flag(connections, calls, fragment):
+    flags = tripwire_flags(connections, calls=calls)
+    assert any("the tripwire fell silent" in f and fragment in f for f in flags), flags
+
+
+def test_a_quiet_tripwire_gives_no_flag():
+    look = {"at": 1, "signals": [], "threads": [], "profiler": False, "tracer": False}
+    assert tripwire_flags([[("look", look), ("look", look)]], calls=1) == []
+
+
+def test_the_grader_modules_are_derived_from_its_folders():
+    assert "gpucourse.grading.grader.runner" in GRADER_MODULES and "gpucourse.grading.kernel.agent" in GRADER_MODULES
+    assert "gpucourse.grading.items" in GRADER_MODULES  # check()'s plumbing: a submission imports the Checker only
 
 
 def test_a_parse_hit_by_cpython_311s_shared_ast_state_is_tried_again(monkeypatch):
     """Two threads parsing at once can make CPython 3.11's AST builder raise SystemError; the scan must not."""
     import ast
 
-    from gpucourse.grading import integrity
+    from gpucourse.grading.grader import flags as integrity
 
     real, calls = ast.parse, []
 

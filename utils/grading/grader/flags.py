@@ -28,7 +28,7 @@ _GRADING = Path(__file__).resolve().parent.parent
 
 def _grader_modules() -> tuple[str, ...]:
     """The grader's own modules and the tests, derived from the folders: a submission has no use for them."""
-    names = ["gpucourse.labtests", "gpucourse.grading.protocol"]
+    names = ["gpucourse.labtests", "gpucourse.grading.protocol", "gpucourse.grading.items"]
     for folder in ("grader", "kernel"):
         names.append(f"gpucourse.grading.{folder}")
         names += [f"gpucourse.grading.{folder}.{p.stem}" for p in sorted((_GRADING / folder).glob("*.py"))
