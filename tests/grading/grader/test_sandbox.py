@@ -1,18 +1,24 @@
 """gpucourse.grading.grader.sandbox: what a graded kernel can reach, and that nothing it started survives.
 
-Plain Python kernels (no TensorFlow), one per test. The kernel reports what it saw by raising it:
-the sandbox lets it write nowhere the test could read.
+Plain Python cells (no TensorFlow) in a real graded kernel (:class:`.session.KernelSession`). The kernel reports
+what it saw by raising it: the sandbox lets it write nowhere the test could read.
 """
 
 import ast
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import psutil
 import pytest
 
 from gpucourse.grading.grader import sandbox
-from gpucourse.grading.execute import Cell, run_cells
+from gpucourse.grading.grader.course_copy import make_copy
+from gpucourse.grading.grader.session import KernelSession, Listener, kernel_env
+
+ROOT = Path(__file__).resolve().parents[3]
+BWRAP = sandbox.probe("bubblewrap")
 
 #: A double fork into a new session that also drops its environment (and with it the run's token).
 DAEMON = """
@@ -26,24 +32,49 @@ time.sleep(0.3)
 """
 
 PROBE = """
-import glob, os
-seen = {{"uid": os.getuid()}}
+import glob, os, socket
+import gpucourse
+package = os.path.dirname(gpucourse.__file__)
+seen = {{"uid": os.getuid(), "package": package,
+        "labtests in the package": os.path.exists(os.path.join(package, "labtests")),
+        "grader in the package": os.path.exists(os.path.join(package, "grading", "grader")),
+        "repository files": sorted(p for p in os.listdir(os.path.dirname(package)) if p != "utils")
+                            if os.path.isdir(os.path.dirname(package)) else "absent"}}
+for name, path in {paths!r}.items():
+    seen[name] = os.path.exists(path)
 try:
-    open({out!r} + "/gradebook.json", "w").write("[]")
-    seen["wrote out"] = True
+    socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    seen["internet socket"] = "made"
 except OSError as exc:
-    seen["wrote out"] = type(exc).__name__
-seen["hidden"] = open({hidden!r}).read()[:40] if os.path.exists({hidden!r}) else "absent"
-seen["test file"] = open({labtest!r}).read()[:40]
+    seen["internet socket"] = exc.errno
 cmds = []
 for p in glob.glob("/proc/[0-9]*/cmdline"):
     try:
         cmds.append(open(p, "rb").read().decode(errors="replace"))
     except OSError:
         pass
-seen["grader visible"] = {grader_cmd!r} in cmds  # the grader's own command line (bwrap's names tmp paths)
+seen["grader visible"] = {grader_cmd!r} in cmds
 raise RuntimeError(repr(seen))
 """
+
+
+def _run(cells: list[str], lab: str = "01"):
+    """Run ``cells`` in a graded kernel of ``lab`` (its course copy), kill it; the session afterwards."""
+    workdir = Path(tempfile.mkdtemp(prefix="gpucourse-test-sandbox-"))
+    copy = make_copy(lab)
+    box = sandbox.choose(workdir, copy)
+    listener = Listener(workdir, box.uid)
+    env = kernel_env({sandbox.TOKEN_ENV: box.token, "HOME": str(workdir), "IPYTHONDIR": str(workdir / ".ipy")})
+    if not box.allow_list:
+        env["PYTHONPATH"] = str(copy)
+    session = KernelSession(workdir, box, listener, env, [(f"cell {i}", c) for i, c in enumerate(cells, 1)], 120)
+    try:
+        session.start()
+    finally:
+        session.kill()
+        listener.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+    return session
 
 
 def _sleepers(marker: str) -> list:
@@ -51,38 +82,40 @@ def _sleepers(marker: str) -> list:
             if p.info["cmdline"] == ["sleep", marker] and p.info["status"] != psutil.STATUS_ZOMBIE]
 
 
-@pytest.mark.skipif(bool(sandbox.probe("bubblewrap")), reason=sandbox.probe("bubblewrap") or "-")
-def test_the_sandbox_hides_the_tests_and_output_and_nothing_outlives_it(tmp_path):
-    out, hidden = tmp_path / "out", tmp_path / "hidden_lab01.py"
-    out.mkdir()
-    hidden.write_text("SECRET = 1\n")
+@pytest.mark.skipif(bool(BWRAP), reason=BWRAP or "-")
+def test_the_kernel_sees_only_the_allow_list_and_nothing_outlives_it(tmp_path):
+    other = tmp_path / "another-checkout" / "utils" / "labtests"
+    other.mkdir(parents=True)
+    (other / "lab03.py").write_text("ANSWER = 42\n")
+    paths = {"another checkout": str(other / "lab03.py"), "the real tests": str(ROOT / "utils" / "labtests" / "lab03.py"),
+             "the repository": str(ROOT / "README.md"), "home": os.path.expanduser("~/.config")}
     marker = f"301.{os.getpid()}2"
-    labtest = str(sandbox._LABTESTS / "lab01.py")
     grader_cmd = Path(f"/proc/{os.getpid()}/cmdline").read_bytes().decode(errors="replace")
-    cells = [Cell("cell 1", DAEMON.format(marker=marker), submission=True),
-             Cell("cell 2", PROBE.format(out=str(out), hidden=str(hidden), labtest=labtest, grader_cmd=grader_cmd),
-                  submission=True)]
-    run = run_cells(cells, timeout=120, hide=[str(hidden), str(out)])
-    assert run.status == "ok" and run.isolation.startswith("bubblewrap:"), (run.reason, run.isolation)
-    seen = ast.literal_eval(run.cell_errors[-1]["evalue"])
-    assert seen["wrote out"] in ("OSError", "PermissionError", "FileNotFoundError"), seen  # hidden or read-only
-    assert "SECRET" not in seen["hidden"] and "@item" not in seen["test file"], seen
+    session = _run([DAEMON.format(marker=marker), PROBE.format(paths=paths, grader_cmd=grader_cmd)])
+    seen = ast.literal_eval(session.run.cell_errors[-1]["evalue"])
+    assert session.box.allow_list and session.box.describe().startswith("bubblewrap:"), session.box.describe()
+    assert not any(seen[name] for name in paths), seen  # none of them exists for the kernel
+    assert seen["labtests in the package"] is False and seen["grader in the package"] is False, seen
+    assert seen["repository files"] in ("absent", [], [".venv"]), seen  # only the environment, if it lives there
+    assert seen["internet socket"] == 97, seen  # EAFNOSUPPORT: the seccomp filter
     assert seen["grader visible"] is False, seen
     if os.geteuid() == 0:
-        assert seen["uid"] >= sandbox.UID_BASE and "a dedicated uid" in run.isolation
-    assert list(out.iterdir()) == []
+        assert seen["uid"] >= sandbox.UID_BASE and "a dedicated uid" in session.box.note
+    assert session.seccomp
     assert not _sleepers(marker), "a double-forked daemon outlived the sandbox"
-    assert any(f"sleep {marker}" in p for p in run.left_running), run.left_running
+    assert any(f"sleep {marker}" in p for p in session.left_running), session.left_running
 
 
 def test_without_isolation_the_grader_says_so_and_still_kills_a_daemon(monkeypatch):
     monkeypatch.setenv("GPUCOURSE_SANDBOX", "none")  # a machine with neither root nor user namespaces
     marker = f"302.{os.getpid()}3"
-    run = run_cells([Cell("cell 1", DAEMON.format(marker=marker), submission=True)], timeout=120)
-    assert run.status == "ok", run.reason
-    assert run.isolation.startswith("none: no sandbox (GPUCOURSE_SANDBOX=none)"), run.isolation
+    session = _run([DAEMON.format(marker=marker), "import gpucourse\nraise RuntimeError(gpucourse.__file__)"])
+    assert session.box.describe().startswith("none: no sandbox (GPUCOURSE_SANDBOX=none)"), session.box.describe()
+    assert not session.box.allow_list
+    # the copy comes first on the import path (the original package stays readable: a practice grade)
+    assert session.run.cell_errors[-1]["evalue"].startswith(str(make_copy("01"))), session.run.cell_errors
     assert not _sleepers(marker), "a double-forked daemon without the run's token escaped the fallback"
-    assert any(f"sleep {marker}" in p for p in run.left_running), run.left_running
+    assert any(f"sleep {marker}" in p for p in session.left_running), session.left_running
 
 
 def test_a_bad_sandbox_setting_names_the_choices(monkeypatch, tmp_path):
@@ -96,14 +129,16 @@ def test_a_python_in_a_closed_folder_is_mounted_back(tmp_path):
     (closed / "py" / "lib").mkdir(parents=True)
     os.chmod(closed, 0o700)
     args = sandbox._expose([closed / "py" / "lib"])
-    top = args[1]  # the highest folder others cannot enter (pytest's own tmp folder is one too)
-    assert args[0] == "--tmpfs" and (closed / "py").is_relative_to(top)
+    top = args[args.index("--tmpfs") + 1]  # the highest folder others cannot enter (pytest's tmp folder is one too)
+    assert (closed / "py").is_relative_to(top) and args[args.index("--tmpfs") - 2:args.index("--tmpfs")] == [
+        "--perms", "0755"]
     assert args[-3:] == ["--ro-bind", str(closed / "py" / "lib"), str(closed / "py" / "lib")]
     assert ["--perms", "0755", "--dir", str(closed / "py")] == args[-7:-3]
 
 
-def test_an_output_folder_holding_the_course_is_left_visible_read_only(tmp_path):
-    args = sandbox._bwrap_args(tmp_path, hide=[str(sandbox._LABTESTS.parent.parent), str(sandbox._LABTESTS)])
-    covered = [args[i + 2] for i, a in enumerate(args) if a == "--ro-bind" and "gpucourse-stubs-" in args[i + 1]]
-    assert str(sandbox._LABTESTS.parent.parent) not in covered  # the kernel could not import the course
-    assert str(sandbox._LABTESTS) in covered and str(sandbox._LABTESTS / "lab01.py") in covered
+def test_the_allow_list_mounts_no_folder_it_does_not_need(tmp_path):
+    args = sandbox._bwrap_args(tmp_path, (tmp_path / "copy", sandbox.package_folder()))
+    mounted = {args[i + 2] for i, a in enumerate(args) if a in ("--ro-bind", "--bind")}
+    assert "/" not in mounted and "/tmp" not in mounted and "/root" not in mounted
+    assert str(sandbox.package_folder()) in mounted and str(tmp_path) in mounted
+    assert "--unshare-net" in args

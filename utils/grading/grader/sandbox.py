@@ -161,8 +161,8 @@ def _expose(paths, made: set | None = None) -> list[str]:
 def _folders_above(p: Path, made: set) -> list[str]:
     """``--dir`` options (mode 0755) for the folders above ``p`` that the sandbox does not have yet."""
     out = []
-    for a in reversed(Path(p).parents):
-        if a == Path("/") or a in made or any(_under(a, Path(f)) or Path(f) == a for f in SYSTEM + ("/tmp",)):
+    for a in reversed(Path(p).parents):  # (the system folders are mounted whole; /tmp is a fresh tmpfs)
+        if a in (Path("/"), Path("/tmp")) or a in made or any(_under(a, Path(f)) for f in SYSTEM):
             continue
         made.add(a)
         out += ["--perms", "0755", "--dir", str(a)]
