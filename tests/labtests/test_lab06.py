@@ -60,3 +60,31 @@ def test_cases_are_json_and_carry_no_answers():
     buckets = q4[0]["buckets"]
     assert buckets[0] == max(buckets) and q4[0]["shape"][0] <= min(buckets)  # the first fit is not the smallest
     assert q4[-1]["too_long"] > max(buckets)
+
+
+def _q3_seen(case, traces, outputs=True):
+    out = [lab06._q3_want(case, i).tolist() for i in range(len(case["lengths"]))] if outputs else []
+    return {"type": "callable", "outputs": out, "traces": traces}
+
+
+def test_q3_counts_traces_per_mode_and_names_the_cause():
+    case = make_cases(lab06.q3, seed=4)[0]
+    modes = case["modes"]
+    once = [["train", True, False], ["eval", True, False]]
+    lab06.q3.judge(case, _q3_seen(case, once))
+    per_call = [[m, True, False] for m in modes]
+    with pytest.raises(Fail, match="Pass scale as a tensor"):
+        lab06.q3.judge(case, _q3_seen(case, per_call))
+    with pytest.raises(Fail, match="not traced at all"):
+        lab06.q3.judge(case, _q3_seen(case, [[m, False, True] for m in modes]))
+    with pytest.raises(Fail, match="reduce_retracing=True still traces twice"):
+        lab06.q3.judge(case, _q3_seen(case, once + [["train", True, False]]))
+    with pytest.raises(Fail, match="not for XLA"):
+        lab06.q3.judge(case, _q3_seen(case, [["train", False, False], ["eval", False, False]]))
+    with pytest.raises(Fail, match="should equal fn"):
+        wrong = _q3_seen(case, once)
+        wrong["outputs"][0] = [v + 1 for v in wrong["outputs"][0]]
+        lab06.q3.judge(case, wrong)
+    with pytest.raises(Fail, match="mode to fn as a tensor"):
+        lab06.q3.judge(case, {"type": "callable", "mode_error": "mode must be a Python str", "traces": []})
+    assert sorted(set(modes)) == ["eval", "train"] and min(modes.count("train"), modes.count("eval")) >= 2

@@ -22,9 +22,11 @@ learner's kernel. The kernel side only wires the callbacks into ``tf.data``::
 * After ``deadline_s`` the stages stop sleeping and the device answers True ("stop feeding me"): a
   pipeline far too slow for the check ends there instead of running out the item's time.
 
-The judge reads :meth:`Timeline.records` with :func:`lineage` (did every element that reached the
-device pass through every stage, each after the one before?) and :func:`device_summary` (start-up and
-steady-state utilisation). Nothing the kernel returns enters these numbers. Times are seconds since the
+:func:`observe_run` makes a fresh timeline, runs an ``@in_kernel`` function with its callbacks and returns
+what the kernel said beside the records. The judge reads the records with :func:`lineage` (did every
+element that reached the device pass through every stage, each after the one before?),
+:func:`device_summary` (start-up and steady-state utilisation), :func:`ran`, :func:`most_at_once` and
+:func:`delivered`. Nothing the kernel returns enters these numbers. Times are seconds since the
 timeline was made. Standard library only.
 """
 
@@ -36,7 +38,7 @@ from typing import Callable
 
 from .protocol import plain
 
-__all__ = ["Timeline", "device_summary", "lineage"]
+__all__ = ["Timeline", "delivered", "device_summary", "lineage", "most_at_once", "observe_run", "ran"]
 
 def _whole(name: str, value) -> int:
     value = plain(value)
@@ -129,6 +131,24 @@ class Timeline:
                     "marks": dict(self.marks), "stopped": self.stopped}
 
 
+def observe_run(ns, fn: Callable, deadline_s: float | None, build: Callable[[Timeline], list]) -> tuple:
+    """Run the ``@in_kernel`` function ``fn`` with the arguments ``build(timeline)`` makes from a fresh
+    :class:`Timeline` (its callbacks, which stop the run after ``deadline_s``); return ``(what the kernel
+    returned, the timeline's records)``.
+
+    An exception after the run's time was up is the stop, not the learner's error: the kernel's answer is
+    then ``{"type": "Dataset"}`` and the records say ``stopped``. Any other exception passes on.
+    """
+    line = Timeline(deadline_s=deadline_s)
+    try:
+        seen = ns.kernel(fn, *build(line))
+    except Exception:
+        if line.stopped is None:
+            raise
+        seen = {"type": "Dataset"}
+    return seen, line.records()
+
+
 # --------------------------------------------------------------------------- reading the records (the judge)
 
 
@@ -194,3 +214,24 @@ def device_summary(records: dict, begin: str | None = None) -> dict:
         busy = sum(e - s for _, _, s, e in steps[1:])
         out["utilisation"] = busy / (steps[-1][3] - steps[0][3])
     return out
+
+
+def delivered(records: dict) -> list:
+    """Every value the device got, in order (batches flattened)."""
+    return [v for element, *_ in records.get("steps", []) for v in _flat(element)]
+
+
+def ran(records: dict, stage: str) -> int:
+    """How often ``stage`` ran."""
+    return sum(r[0] == stage for r in records.get("stages", []))
+
+
+def most_at_once(records: dict, stages) -> int:
+    """The most runs of ``stages`` (names) that were working at the same moment, from their stamps."""
+    edges = sorted([(r[3], 1) for r in records.get("stages", []) if r[0] in stages] +
+                   [(r[4], -1) for r in records.get("stages", []) if r[0] in stages])
+    most = now = 0
+    for _, change in edges:
+        now += change
+        most = max(most, now)
+    return most

@@ -357,66 +357,107 @@ def _q3_input(seed: int, n: int):
     return np.random.default_rng(seed).standard_normal(n).astype(np.float32)
 
 
+def _q3_want(case, i):
+    """Reference: fn(x, scale, mode) of the i-th call, in float32 like TensorFlow."""
+    import numpy as np
+
+    x, scale, b = _q3_input(case["seed"] + i, case["lengths"][i]), np.float32(case["scales"][i]), np.float32(case["b"])
+    return np.sin(x) * scale + b if case["modes"][i] == "train" else np.cos(x) * scale - b
+
+
 @in_kernel
-def _q3_observe(ns, case, ran, calls_done):
+def _q3_observe(ns, case, traced):
     import tensorflow as tf
+    from tensorflow.python.framework import ops
+    from tensorflow.python.ops import control_flow_util
 
-    from tensorflow.python.eager.polymorphic_function.polymorphic_function import Function
+    b = case["b"]
+    traced = tf.autograph.experimental.do_not_convert(traced)
 
-    a, b = case["a"], case["b"]
-    ran = tf.autograph.experimental.do_not_convert(ran)
+    def fn(x, scale, mode):
+        if not isinstance(mode, str):
+            raise TypeError(f"mode must be a Python str ('train' or 'eval'): fn branches on it in Python, "
+                            f"got a {type(mode).__name__}")
+        # Tells the check each time this Python body runs (once per trace; on every call when run eagerly) and
+        # whether it runs inside an XLA compilation: the count lives in the check, not in this kernel.
+        traced(mode, bool(control_flow_util.GraphOrParentsInXlaContext(ops.get_default_graph())),
+               tf.executing_eagerly())
+        if mode == "train":
+            return tf.sin(x) * scale + b
+        return tf.cos(x) * scale - b
 
-    def f(x):
-        ran()  # a stand-in that tells the check each time this body runs
-        return tf.sin(x) * a + b
-
-    # Evidence the returned object cannot claim for itself: it must be TensorFlow's own tf.function class (its
-    # methods are read from the class, not from the object); and how often f's body ran is counted by the check.
-    g = ns.function("compile_any_length")(f)
-    if type(g) is not Function:
+    g = ns.function("compile_once")(fn)
+    if not callable(g):
         return {"type": type(g).__name__}
-    outputs = [g(tf.constant(_q3_input(case["seed"] + i, n))) for i, n in enumerate(case["lengths"])]
-    traces = Function.experimental_get_tracing_count(g)
-    calls_done()  # (reading the compiler IR below traces once more)
-    ir = outcome(lambda: len(Function.experimental_get_compiler_ir(g, tf.ones((5,)))(stage="hlo")))
-    return {"type": "tf.function", "outputs": outputs, "traces": traces, "xla": "value" in ir,
-            "xla_error": ir.get("message", "")}
+    outputs = []
+    try:
+        for i, (n, scale, mode) in enumerate(zip(case["lengths"], case["scales"], case["modes"])):
+            outputs.append(g(tf.constant(_q3_input(case["seed"] + i, n)), scale, mode))
+    except TypeError as exc:
+        if "mode must be a Python str" not in str(exc):
+            raise
+        return {"type": "callable", "mode_error": str(exc).split("TypeError: ")[-1].strip().splitlines()[0][:200]}
+    return {"type": "callable", "outputs": outputs}
 
 
-@item("q3", points=3, title="compile_any_length traces once and runs under XLA")
+def _q3_hint(case, mode, traces) -> str:
+    """Why the calls with ``mode`` traced ``traces`` times (several traces), as a hint."""
+    calls = [i for i, m in enumerate(case["modes"]) if m == mode]
+    if all(eager for _, _, eager in traces):
+        return tr(" fn's Python ran on every call: it is not traced at all (a plain Python function, or functions "
+                  "run eagerly).")
+    if len(traces) == 2:
+        return tr(" reduce_retracing=True still traces twice (once with the first shape, once generalised).")
+    if len(traces) == len(calls):
+        return tr(" Every call traced anew: a Python number is part of the trace's signature, so every new scale "
+                  "is a new trace (and so is every new length without an unknown dimension). Pass scale as a tensor, "
+                  "give x the shape [None], and keep mode, which fn needs in Python, out of the signature.")
+    return ""
+
+
+@item("q3", points=3, title="compile_once traces once per mode, for any length and scale, under XLA")
 class q3:
     def cases(rng):
-        return [{"a": round(rng.uniform(0.5, 3.0), 2), "b": round(rng.uniform(-1.0, 1.0), 2),
-                 "lengths": rng.sample(range(3, 200), 4), "seed": rng.randint(0, 10**6)}]
+        modes = ["train", "train", "eval", "eval"] + [rng.choice(["train", "eval"]) for _ in range(2)]
+        rng.shuffle(modes)
+        return [{"b": round(rng.uniform(-1.0, 1.0), 2), "modes": modes, "lengths": rng.sample(range(3, 200), 6),
+                 "scales": [round(rng.uniform(0.1, 3.0), 3) for _ in range(6)], "seed": rng.randint(0, 10**6)}]
 
     def observe(ns, case):
-        runs, at_end = [], []  # f's body runs once per trace (eagerly: on every call); counted here, where the check runs
-        seen = ns.kernel(_q3_observe, case, lambda: runs.append(1), lambda: at_end.append(len(runs)))
-        if seen.get("type") == "tf.function":
-            seen["traces"] = max(seen["traces"], at_end[0] if at_end else len(runs))
-        return seen
+        traces = []  # [mode, in XLA, eager] each time fn's body ran: recorded here, where the check runs
+        seen = ns.kernel(_q3_observe, case, lambda mode, xla, eager: traces.append([str(mode), bool(xla),
+                                                                                      bool(eager)]))
+        return dict(seen, traces=list(traces))
 
     def judge(case, seen):
         import numpy as np
 
-        if seen["type"] != "tf.function":
-            raise Fail(tr("compile_any_length(f) should return a tf.function, got a {kind}", kind=seen["type"]))
-        a, b, lengths = case["a"], case["b"], case["lengths"]
-        for i, (n, y) in enumerate(zip(lengths, seen["outputs"])):
-            want = np.sin(_q3_input(case["seed"] + i, n)) * np.float32(a) + np.float32(b)
+        if seen["type"] != "callable":
+            raise Fail(tr("compile_once(fn) should return a function to call as g(x, scale, mode), got a {kind}",
+                          kind=seen["type"]))
+        if "mode_error" in seen:
+            raise Fail(tr("g passed mode to fn as a tensor, but fn needs it in Python (it branches on it with `if`): "
+                          "{error}. Keep mode a Python str: one trace per mode is expected", error=seen["mode_error"]))
+        b = case["b"]
+        for i, (n, y) in enumerate(zip(case["lengths"], seen["outputs"])):
             y = np.asarray(y, dtype=np.float32)
-            if y.shape != (n,) or not np.allclose(y, want, rtol=1e-5, atol=1e-5):
-                raise Fail(tr("for f(x) = sin(x) * {a} + {b} on a length-{n} vector the result differs from f(x) "
-                              "(got shape {shape})", a=a, b=b, n=n, shape=list(y.shape)))
-        if seen["traces"] != 1:
-            hint = (tr(" reduce_retracing=True still traces twice (once with the first shape, once generalised).")
-                    if seen["traces"] == 2 else "")
-            raise Fail(tr("after calls with lengths {lengths} the function traced {traces} times; expected 1."
-                          "{hint} Give it an input_signature with an unknown length: "
-                          "[tf.TensorSpec([None], tf.float32)].", lengths=lengths, traces=seen["traces"], hint=hint))
-        if not seen["xla"]:
-            raise Fail(tr("the function traces once but is not compiled with XLA: pass jit_compile=True to "
-                          "tf.function (TensorFlow says: {error})", error=seen["xla_error"][:200]))
+            if y.shape != (n,) or not np.allclose(y, _q3_want(case, i), rtol=1e-5, atol=1e-5):
+                raise Fail(tr("g(x, {scale}, {mode}) on a length-{n} vector should equal fn(x, {scale}, {mode}) "
+                              "(here sin(x) * scale + {b} for 'train', cos(x) * scale - {b} for 'eval'); got shape "
+                              "{shape} or other values", scale=case["scales"][i], mode=repr(case["modes"][i]), n=n, b=b,
+                              shape=list(y.shape)))
+        calls = list(zip(case["lengths"], case["scales"], case["modes"]))
+        for mode in ("train", "eval"):
+            mine = [t for t in seen["traces"] if t[0] == mode]
+            if len(mine) > 1:
+                raise Fail(tr("the {count} calls with mode={mode} (lengths {lengths}, scales {scales}) ran fn's "
+                              "Python {traces} times; it should be traced once per mode.{hint}",
+                              count=sum(m == mode for _, _, m in calls), mode=repr(mode),
+                              lengths=[n for n, _, m in calls if m == mode],
+                              scales=[s for _, s, m in calls if m == mode], traces=len(mine),
+                              hint=_q3_hint(case, mode, mine)))
+        if any(not xla for _, xla, _ in seen["traces"]):
+            raise Fail(tr("fn was traced once per mode, but not for XLA: compile it with jit_compile=True"))
 
 
 # --------------------------------------------------------------------------- q4

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 
 from gpucourse.grading.items import Fail, expect_raised, in_kernel, item, outcome, tr
+from gpucourse.grading.timeline import delivered, device_summary, lineage, most_at_once, observe_run, ran
 
 
 def _bound(n, stages):
@@ -43,46 +44,6 @@ def _sample(values, k=6) -> str:
 
 def _flat(element) -> list:
     return [v for sub in element for v in _flat(sub)] if isinstance(element, list) else [element]
-
-
-def _delivered(run) -> list:
-    """Every value the check's step got, in order (batches flattened)."""
-    return [v for element, *_ in run["steps"] for v in _flat(element)]
-
-
-def _count(run, stage) -> int:
-    """How often a stage ran (each run is one of the check's own records)."""
-    return sum(r[0] == stage for r in run["stages"])
-
-
-def _most_at_once(run, stages) -> int:
-    """The most records of ``stages`` that were running at the same moment (from their start and end stamps)."""
-    edges = sorted([(r[3], 1) for r in run["stages"] if r[0] in stages] +
-                   [(r[4], -1) for r in run["stages"] if r[0] in stages])
-    most = now = 0
-    for _, d in edges:
-        now += d
-        most = max(most, now)
-    return most
-
-
-def _run(ns, fn, deadline_s, build):
-    """Run the in-kernel function ``fn`` with the arguments ``build(line)`` makes (the check's callbacks on a
-    fresh Timeline); return what the kernel said and the observer's records.
-
-    A run the check stopped (its callbacks raise once the time is up) is not the learner's error: it comes
-    back as ``{"type": "Dataset", "stopped": True}``; any other exception is the learner's and passes on.
-    """
-    from gpucourse.grading.timeline import Timeline
-
-    line = Timeline(deadline_s=deadline_s)
-    try:
-        seen = ns.kernel(fn, *build(line))
-    except Exception:
-        if line.stopped is None:
-            raise
-        seen = {"type": "Dataset"}
-    return seen, line.records()
 
 
 def _sizes(sizes):
@@ -261,15 +222,13 @@ class q2:
 
     def observe(ns, case):
         a, b, k = case["a"], case["b"], case["k"]
-        seen, run = _run(ns, _q2_observe, 10.0, lambda line: [
+        seen, run = observe_run(ns, _q2_observe, 10.0, lambda line: [
             case, line.stage("decode", Q2_COSTS["decode"], lambda v: a * v + b),
             line.stage("scale", Q2_COSTS["scale"], lambda v: k * v), line.device(Q2_COSTS["step"], queued=0),
             line.mark("built")])
         return {**seen, "run": run}
 
     def judge(case, seen):
-        from gpucourse.grading.timeline import lineage
-
         pipeline = " -> ".join(case["ops"])
         if seen["type"] != "Dataset":
             raise Fail(tr("serial_baseline(ds) should return a tf.data.Dataset, got a {kind}", kind=seen["type"]))
@@ -338,8 +297,6 @@ def _q3_costs(case) -> dict:
 
 
 def _q3_summary(run, case) -> tuple[float, float]:
-    from gpucourse.grading.timeline import device_summary
-
     got = device_summary(run)
     if run["stopped"] is not None or got["startup"] is None:
         return math.inf, 0.0
@@ -365,7 +322,7 @@ class q3:
         a, b, c = case["a"], case["b"], case["c"]
         runs = []
         for _ in range(case["attempts"]):  # a second run only when the first fell a little short (a noisy machine)
-            seen, run = _run(ns, _q3_observe, Q3_DEADLINE_S, lambda line: [
+            seen, run = observe_run(ns, _q3_observe, Q3_DEADLINE_S, lambda line: [
                 _q3_costs(case), line.stage("read", case["read_s"], lambda v: a * v + b),
                 line.stage("decode", case["decode_s"], lambda v: c * v), line.device(case["step_s"], queued=1)])
             if seen["type"] != "Dataset":
@@ -378,8 +335,6 @@ class q3:
         return {"type": "Dataset", "runs": runs}
 
     def judge(case, seen):
-        from gpucourse.grading.timeline import lineage
-
         if seen["type"] != "Dataset":
             raise Fail(tr("tuned_pipeline(files, read_file, decode, costs) should return a tf.data.Dataset, got a "
                           "{kind}", kind=seen["type"]))
@@ -389,7 +344,7 @@ class q3:
         limit = Q3_STARTUP * (read + decode)
         best = None
         for run in seen["runs"]:
-            got = _delivered(run)
+            got = delivered(run)
             if run["stopped"] is None and sorted(got) != want:
                 raise Fail(tr("tuned_pipeline must deliver every decoded record once: expected {want}, got {got}",
                               want=_sample(want), got=_sample(sorted(got))))
@@ -397,22 +352,22 @@ class q3:
             if chain["missing"] is not None:
                 raise Fail(tr("the element {value} reached the step without being read and then decoded: build on "
                               "read_file and decode", value=chain["missing"]["value"]))
-            if run["stopped"] is None and (_count(run, "read") != n or _count(run, "decode") != n):
+            if run["stopped"] is None and (ran(run, "read") != n or ran(run, "decode") != n):
                 raise Fail(tr("for {n} records the shards were read {reads} times and decode ran {decodes} times; "
-                              "each should run once per record", n=n, reads=_count(run, "read"),
-                              decodes=_count(run, "decode")))
+                              "each should run once per record", n=n, reads=ran(run, "read"),
+                              decodes=ran(run, "decode")))
             startup, util = _q3_summary(run, case)
             key = (startup <= limit, util)
             if best is None or key > best[0]:
                 best = (key, startup, util, run)
         _, startup, util, run = best
-        reads, decodes = _most_at_once(run, {"read"}), _most_at_once(run, {"decode"})
+        reads, decodes = most_at_once(run, {"read"}), most_at_once(run, {"decode"})
         need_r, need_d = _q3_needs(case)
-        at_once = tr(" At most {reads} reads and {decodes} decodes ran at once ({both} stages in all); to deliver "
+        at_once = tr(" At most {reads} reads and {decodes} decodes ran at once, {both} together; to deliver "
                      "one element every {step:.0f} ms, about {need_r} reads ({read:.0f} ms each) and {need_d} decodes "
                      "({decode:.0f} ms each) must be in flight. Are enough shards read at once, and does tf.data "
                      "have threads for all of them? Its default pool has one thread per core.",
-                     reads=reads, decodes=decodes, both=_most_at_once(run, {"read", "decode"}), step=step * 1e3,
+                     reads=reads, decodes=decodes, both=most_at_once(run, {"read", "decode"}), step=step * 1e3,
                      need_r=need_r, need_d=need_d, read=read * 1e3, decode=decode * 1e3)
         if run["stopped"] is not None:
             raise Fail(tr("in {seconds:g} s only {k} of {n} records reached the step, when the check stopped the "
@@ -486,7 +441,7 @@ class q4:
 
     def observe(ns, case):
         a, b = case["a"], case["b"]
-        seen, run = _run(ns, _q4_observe, Q4_DEADLINE_S, lambda line: [
+        seen, run = observe_run(ns, _q4_observe, Q4_DEADLINE_S, lambda line: [
             case, line.stage("decode", 0.0, lambda v: a * v + b), line.device(0.0, queued=0)])
         return {**seen, "run": run}
 
@@ -499,13 +454,13 @@ class q4:
         if run["stopped"] is not None:
             raise Fail(tr("the check stopped reading your stream after {seconds:g} s, with {k} batches, and decode "
                           "had run {decodes} times for {n} records", seconds=Q4_DEADLINE_S, k=len(run["steps"]),
-                          decodes=_count(run, "decode"), n=n) + (tr(": cache the decoded records, so that later "
+                          decodes=ran(run, "decode"), n=n) + (tr(": cache the decoded records, so that later "
                                                                     "epochs replay them instead of decoding again")
-                                                                 if _count(run, "decode") > n else "."))
+                                                                 if ran(run, "decode") > n else "."))
         sizes = [len(_flat(element)) for element, *_ in run["steps"]]
-        flat = _delivered(run)
+        flat = delivered(run)
         record = {a * r + b: r for r in range(n)}  # decoded value -> the record it came from
-        if len(flat) < 3 * n:
+        if len(sizes) < -(-3 * n // batch) + 1:  # the kernel reads 3 epochs of full batches, and one more
             raise Fail(tr("the stream ended after {k} batches ({m} records, {epochs:.1f} epochs of {n}): training "
                           "with steps_per_epoch needs a stream that never ends. Repeat it", k=len(sizes), m=len(flat),
                           epochs=len(flat) / n, n=n))
@@ -530,7 +485,7 @@ class q4:
                               epoch=e + 1, value=twice, times=epoch.count(twice)) if twice is not None else
                            tr("epoch {epoch} of the stream should hold every decoded record once: expected {want}, "
                               "got {got}", epoch=e + 1, want=_sample(want), got=_sample(sorted(epoch))))
-        decodes = _count(run, "decode")
+        decodes = ran(run, "decode")
         if decodes != n:
             raise Fail(tr("over 3 epochs of {n} records decode ran {decodes} times; with the cache in the right "
                           "place (after decode) it runs {n} times, once per record", n=n, decodes=decodes))
@@ -595,15 +550,13 @@ class q5:
 
         noise = random.Random()  # the augmentation's own randomness, on the trusted side, fresh at every call
         p, q, a, b = case["p"], case["q"], case["a"], case["b"]
-        seen, run = _run(ns, _q5_observe, 6.0, lambda line: [
+        seen, run = observe_run(ns, _q5_observe, 6.0, lambda line: [
             case, line.stage("read", 0.0, lambda r: p * r + q), line.stage("decode", 0.0, lambda v: a * v + b),
             line.stage("augment", 0.0, lambda v: NOISE * v + noise.randrange(NOISE)), line.device(0.0, queued=0),
             [line.mark(f"epoch {e}") for e in (1, 2, 3)]])
         return {**seen, "run": run}
 
     def judge(case, seen):
-        from gpucourse.grading.timeline import lineage
-
         n, batch, p, q, a, b = case["n"], case["batch"], case["p"], case["q"], case["a"], case["b"]
         call = f"augmented_pipeline(source, read, decode, augment, {batch})"
         if seen["type"] != "Dataset":
@@ -634,7 +587,7 @@ class q5:
         if chain["missing"] is not None:
             raise Fail(tr("the element {value} reached the step without passing through {stage} first: read, then "
                           "decode, then augment", value=chain["missing"]["value"], stage=chain["missing"]["stage"]))
-        reads, decodes, augments = (_count(run, s) for s in ("read", "decode", "augment"))
+        reads, decodes, augments = (ran(run, s) for s in ("read", "decode", "augment"))
         if augments < 3 * n:
             raise Fail(tr("augment ran {augments} times in 3 epochs of {n} records: the augmentation is frozen, and "
                           "every epoch sees the same variants. A cache after augment replays its first results; put "

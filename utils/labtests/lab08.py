@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 
 from gpucourse.grading.items import Fail, expect_raised, in_kernel, item, outcome, tr
+from gpucourse.grading.timeline import device_summary, lineage, observe_run
 
 STEP_S, LOAD_S, AUGMENT_S, STEPS = 0.02, 0.005, 0.05, 24  # the capstone's numbers, as the lab states them
 
@@ -313,24 +314,15 @@ def _q4_observe(ns, values, load, augment, step, built):
 
 def _q4_run(ns, case):
     """One run of the learner's pipeline; the stages and the accelerator are the check's (see gpucourse.grading.timeline)."""
-    from gpucourse.grading.timeline import Timeline
-
     a, b, c = case["a"], case["b"], case["c"]
-    line = Timeline(deadline_s=Q4_DEADLINE_S)
-    try:
-        seen = ns.kernel(_q4_observe, case["values"], line.stage("load", case["load_s"], lambda v: a * v + b),
-                         line.stage("augment", case["augment_s"], lambda v: c * v),
-                         line.device(case["step_s"], queued=1), line.mark("built"))
-    except Exception:
-        if line.stopped is None:  # the learner's own error: the item reports it
-            raise
-        seen = {"type": "Dataset"}
-    return seen["type"], line.records()
+    seen, run = observe_run(ns, _q4_observe, Q4_DEADLINE_S, lambda line: [
+        case["values"], line.stage("load", case["load_s"], lambda v: a * v + b),
+        line.stage("augment", case["augment_s"], lambda v: c * v), line.device(case["step_s"], queued=1),
+        line.mark("built")])
+    return seen["type"], run
 
 
 def _q4_summary(run, case) -> tuple[float, float]:
-    from gpucourse.grading.timeline import device_summary
-
     got = device_summary(run)
     startup = math.inf if got["startup"] is None or run["stopped"] is not None else got["startup"]
     return startup, got["utilisation"]
@@ -357,8 +349,6 @@ class q4:
         return {"type": "Dataset", "runs": runs}
 
     def judge(case, seen):
-        from gpucourse.grading.timeline import lineage
-
         if seen["type"] != "Dataset":
             raise Fail(tr("fast_pipeline should return a tf.data.Dataset, got {kind}", kind=seen["type"]))
         a, b, c, values = case["a"], case["b"], case["c"], case["values"]
