@@ -308,7 +308,7 @@ def _q3_needs(case) -> tuple[int, int]:
     return math.ceil(case["read_s"] / case["step_s"]), math.ceil(case["decode_s"] / case["step_s"])
 
 
-@item("q3", points=4, title="tuned_pipeline keeps a fast step fed from slow shards")
+@item("q3", points=4, title="tuned_pipeline keeps a fast step fed from slow storage")
 class q3:
     def cases(rng):
         # Reads and decodes wait (remote storage, a remote decoder): about 14-18 reads and 10-14 decodes must be
@@ -353,7 +353,7 @@ class q3:
                 raise Fail(tr("the element {value} reached the step without being read and then decoded: build on "
                               "read_file and decode", value=chain["missing"]["value"]))
             if run["stopped"] is None and (ran(run, "read") != n or ran(run, "decode") != n):
-                raise Fail(tr("for {n} records the shards were read {reads} times and decode ran {decodes} times; "
+                raise Fail(tr("for {n} records the files were read {reads} times and decode ran {decodes} times; "
                               "each should run once per record", n=n, reads=ran(run, "read"),
                               decodes=ran(run, "decode")))
             startup, util = _q3_summary(run, case)
@@ -365,7 +365,7 @@ class q3:
         need_r, need_d = _q3_needs(case)
         at_once = tr(" At most {reads} reads and {decodes} decodes ran at once, {both} together; to deliver "
                      "one element every {step:.0f} ms, about {need_r} reads ({read:.0f} ms each) and {need_d} decodes "
-                     "({decode:.0f} ms each) must be in flight. Are enough shards read at once, and does tf.data "
+                     "({decode:.0f} ms each) must be in flight. Are enough files read at once, and does tf.data "
                      "have threads for all of them? Its default pool has one thread per core.",
                      reads=reads, decodes=decodes, both=most_at_once(run, {"read", "decode"}), step=step * 1e3,
                      need_r=need_r, need_d=need_d, read=read * 1e3, decode=decode * 1e3)
