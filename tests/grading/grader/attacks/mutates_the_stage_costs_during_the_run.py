@@ -1,5 +1,6 @@
 # Objects the check passes in, mutated only while the check measures: the first element zeroes the stages'
-# costs, the last puts them back, so they look untouched before and after the run.
+# costs, the last puts them back, so they look untouched before and after the run. Since issue 34 the costs
+# are paid in the check's callbacks, in the grader: nothing the kernel changes makes them cheaper.
 import tensorflow as tf
 
 
