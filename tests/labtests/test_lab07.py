@@ -85,7 +85,7 @@ def test_q3_needs_more_threads_than_a_16_core_default_pool():
         case = make_cases(lab07.q3, seed)[0]
         reads, decodes = lab07._q3_needs(case)
         # tf.data's default pool has one thread per core: 16 threads feed at most 16 / (read + decode) records
-        # per second, which is at most 2/3 of the pace the step needs (the 85% bar fails it)
+        # per second, which is at most 2/3 of the pace the step needs (the 80% bar fails it)
         assert 16 / (case["read_s"] + case["decode_s"]) <= (2 / 3) / case["step_s"]
         assert reads + decodes >= 24 and case["records"] == case["shards"]
 

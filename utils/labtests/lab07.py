@@ -259,7 +259,10 @@ class q2:
 # --------------------------------------------------------------------------- q3
 
 #: Steady-state utilisation q3 wants, and how long the first element may take, as a multiple of read + decode.
-Q3_UTILISATION, Q3_STARTUP = 0.85, 2.0
+#: A pipeline sized to the bound reaches 0.9-1.0 through the grader even on a 2-core machine at load 7
+#: (measured); tf.data's default pool on a 16-core machine reaches at most 2/3 (the cases make sure), the
+#: tutorial's sizes about 0.3. A first element needs read + decode plus thread start-up (measured 1.1-1.2x).
+Q3_UTILISATION, Q3_STARTUP = 0.8, 2.0
 #: A run stops here: a pipeline that keeps up needs about read + decode + records x step (1.6 s).
 Q3_DEADLINE_S = 5.0
 
@@ -330,8 +333,8 @@ class q3:
             runs.append(dict(run, structure=seen.get("structure")))
             startup, util = _q3_summary(run, case)
             limit = Q3_STARTUP * (case["read_s"] + case["decode_s"])
-            if (startup <= limit and util >= Q3_UTILISATION) or startup > 2 * limit or util < 0.6:
-                break
+            if (startup <= limit and util >= Q3_UTILISATION) or startup > 2 * limit or util < 0.45:
+                break  # passed, or so far off that no noise explains it (the tutorial's sizes: 0.3)
         return {"type": "Dataset", "runs": runs}
 
     def judge(case, seen):

@@ -344,8 +344,10 @@ class q4:
             runs.append(run)
             startup, util = _q4_summary(run, case)
             limit = STARTUP_FACTOR * (case["load_s"] + case["augment_s"])
-            if (startup <= limit and util >= UTILISATION_TARGET) or startup > 2 * limit or util < 0.6:
-                break  # passed, or so far off that no noise explains it
+            # Passed, or so far off that no noise explains it (one run of a sequential pipeline: 30%; the
+            # solution's worst first run, measured through the grader at load 7 on 2 cores: 57%).
+            if (startup <= limit and util >= UTILISATION_TARGET) or startup > 2 * limit or util < 0.45:
+                break
         return {"type": "Dataset", "runs": runs}
 
     def judge(case, seen):
