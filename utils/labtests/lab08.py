@@ -23,8 +23,10 @@ from gpucourse.grading.timeline import device_summary, lineage, observe_run
 
 STEP_S, LOAD_S, AUGMENT_S, STEPS = 0.02, 0.005, 0.05, 24  # the capstone's numbers, as the lab states them
 
+#: The capstone's bar. Measured through the grader (2 cores at load 7, the steps on the observer's virtual
+#: timeline): the solution 0.94-1.0, two parallel calls of the 50 ms augment 0.78-0.80, prefetch alone 0.34.
 UTILISATION_TARGET = 0.90
-STARTUP_FACTOR = 5  # the first element may take this many times load + augment (a good pipeline: about 1.3x)
+STARTUP_FACTOR = 5  # the first element may take this many times load + augment (a good pipeline: 1.2-1.7x)
 
 
 def _close(got, want, abs_tol=1e-9) -> bool:
