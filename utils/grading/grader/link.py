@@ -62,7 +62,7 @@ class Link:
     def call(self, body: dict, deadline: float) -> dict:
         """Send ``body`` (``op`` and its fields) and return the agent's result body; CallTimeout or KernelLost."""
         call_id = next(self._ids)
-        slot = self._pending[call_id] = [threading.Event(), None]
+        self._pending[call_id] = [threading.Event(), None]
         self.calls += 1
         try:
             self._send("call", {"id": call_id, **body})
