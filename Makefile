@@ -83,16 +83,22 @@ lab-settings:
 # the Chinese pages' screenshots show characters, not boxes, and bubblewrap, the grader's sandbox for each
 # graded kernel (docs/instructors.md). Installs only what is missing and only when we may (root); otherwise it
 # says what is missing: the browser test then skips (fails when CI=true), the grader runs less isolated and says so.
+# Each entry of SYSTEM_DEPS is "package:test", the test a shell command that succeeds when the package is there.
+# apt waits up to APT_LOCK_WAIT seconds for another apt (unattended upgrades on a fresh machine) instead of failing.
+SYSTEM_DEPS := \
+  chromium:'[ -n "$$CHROMIUM" ] || command -v chromium || command -v chromium-browser || command -v google-chrome || command -v google-chrome-stable' \
+  fonts-noto-cjk:'dpkg -s fonts-noto-cjk || fc-list | grep -qi "Noto Sans CJK"' \
+  bubblewrap:'command -v bwrap'
+APT_LOCK_WAIT ?= 600
+APT_GET := apt-get -o DPkg::Lock::Timeout=$(APT_LOCK_WAIT)
+
 system-deps:
-	@found="$$CHROMIUM"; for b in chromium chromium-browser google-chrome google-chrome-stable; do \
-	  command -v $$b >/dev/null 2>&1 && found=$$b; done; \
-	missing=""; [ -n "$$found" ] || missing="chromium"; \
-	dpkg -s fonts-noto-cjk >/dev/null 2>&1 || fc-list 2>/dev/null | grep -qi "Noto Sans CJK" || missing="$$missing fonts-noto-cjk"; \
-	command -v bwrap >/dev/null 2>&1 || missing="$$missing bubblewrap"; \
+	@missing=""; for dep in $(SYSTEM_DEPS); do \
+	  sh -c "$${dep#*:}" >/dev/null 2>&1 || missing="$$missing $${dep%%:*}"; done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "installing Debian's$$missing for the tests"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	    echo "installing Debian's$$missing for the tests (waiting up to $(APT_LOCK_WAIT) s for another apt)"; \
+	    $(APT_GET) update -qq && DEBIAN_FRONTEND=noninteractive $(APT_GET) install -y -qq $$missing >/dev/null; \
 	  else \
 	    echo "note: missing$$missing and cannot apt-get install it (see the Makefile's system-deps)"; \
 	  fi; \

@@ -83,3 +83,26 @@ def test_stored_solution_checks_show_full_marks(path):
         assert not re.search("❌|📝|💥", text), f"{path.name}: a stored check did not pass:\n{text}"
     scores = re.findall(r"Score: (\d+)/(\d+)", "".join(str(o.get("text", "")) for c in checked for o in c.outputs))
     assert scores and all(a == b for a, b in scores), f"{path.name}: stored score is not full marks: {scores}"
+
+
+def test_ci_prints_the_time_of_each_phase_also_when_one_fails(tmp_path):
+    """`.ci/run` with a stand-in `make` (first on PATH) that fails in test-colab: each phase's time, then all."""
+    import os
+    import shutil
+    import subprocess
+
+    (tmp_path / ".ci").mkdir()
+    shutil.copy(ROOT / ".ci" / "run", tmp_path / ".ci" / "run")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "make").write_text('#!/bin/sh\necho "stand-in make $*"\n[ "$1" = test-colab ] && exit 3\nexit 0\n')
+    (bin_dir / "make").chmod(0o755)
+    proc = subprocess.run(["bash", str(tmp_path / ".ci" / "run")], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"})
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert re.search(r"^== make test took \d+ s$", out, re.M), out
+    assert re.search(r"^== make test-cpu-paths took \d+ s$", out, re.M), out
+    summary = out.split("== CI phase times\n", 1)[1]
+    assert re.search(r"make test: \d+ s\n  make test-cpu-paths: \d+ s\n  the phase that failed \(exit code 3\): "
+                     r"\d+ s\n  total: \d+ s", summary), summary
