@@ -8,7 +8,8 @@
 PYTHON   ?= python3
 VENV     ?= .venv
 PY       := $(VENV)/bin/python
-# `cpu` installs tensorflow-cpu; on a machine with an NVIDIA GPU use `make lab TF=gpu`.
+# `cpu` installs tensorflow-cpu (on macOS plain tensorflow, which has no CUDA there: pyproject's markers);
+# on a machine with an NVIDIA GPU use `make lab TF=gpu`.
 TF       ?= cpu
 STAMP    := $(VENV)/.installed-$(TF)
 LAB_STAMP := $(VENV)/.installed-lab-$(TF)
