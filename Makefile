@@ -39,7 +39,7 @@ help:
 	@echo "make lab        open the course in JupyterLab (creates .venv on first use)"
 	@echo "make test       run every test: helpers, notebooks, labs, solutions, grader, browser, website"
 	@echo "make test-colab the notebooks, labs and solutions on Colab's TensorFlow/Keras/ipywidgets (.venv-colab)"
-	@echo "make test-cpu-paths  the tutorials' checked outputs again on other CPU code paths (oneDNN AVX2, OpenBLAS Haswell, oneDNN off)"
+	@echo "make test-cpu-paths  the tutorials' checked outputs again on other CPU code paths (oneDNN capped, OpenBLAS Haswell, oneDNN off)"
 	@echo "make test-gpu   on a machine with an NVIDIA GPU: every notebook with the GPU required, then gpu-report.md"
 	@echo "make site       build the course website into $(SITE_OUT)/ from the stored outputs"
 	@echo "make labs       regenerate labs/ from solutions/ (and the Chinese edition: make zh)"
@@ -142,8 +142,9 @@ test-colab: colab-env
 
 # Checked outputs (# NBVAL_CHECK_OUTPUT) must be the same on every CPU: CPUs differ in their kernels (oneDNN,
 # OpenBLAS and Eigen pick code by instruction set), so the tutorials run again under nbval with other code paths:
-# oneDNN capped at AVX2 with OpenBLAS on its Haswell kernels, then oneDNN off (.ci/cpu_paths.py says which
-# notebook is left out of which path, and why). Any difference fails.
+# oneDNN capped at AVX2, then at AVX512_CORE, with OpenBLAS on its Haswell kernels, then oneDNN off. Probes on this
+# machine decide which path is new here and which tutorial can run on it (.ci/cpu_paths.py prints what it left
+# out, and why). Any difference fails, and so does a tutorial left with no path but the default.
 test-cpu-paths: env
 	$(PY) .ci/cpu_paths.py --jobs $(JOBS)
 
