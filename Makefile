@@ -82,14 +82,20 @@ lab-settings:
 
 # Debian packages the tests need: Chromium for the browser test (no browser is downloaded), a CJK font so that
 # the Chinese pages' screenshots show characters, not boxes, and bubblewrap, the grader's sandbox for each
-# graded kernel (docs/instructors.md). Installs only what is missing and only when we may (root); otherwise it
-# says what is missing: the browser test then skips (fails when CI=true), the grader runs less isolated and says so.
+# graded kernel (docs/instructors.md), and SLURM with munge (slurmctld, slurmd, slurm-client, munge), on which
+# tests/test_slurm_real.py runs the SLURM template as a one-node cluster. Installs only what is missing and only
+# when we may (root); otherwise it says what is missing: the browser and SLURM tests then skip (fail when CI=true),
+# the grader runs less isolated and says so.
 # Each entry of SYSTEM_DEPS is "package:test", the test a shell command that succeeds when the package is there.
 # apt waits up to APT_LOCK_WAIT seconds for another apt (unattended upgrades on a fresh machine) instead of failing.
 SYSTEM_DEPS := \
   chromium:'[ -n "$$CHROMIUM" ] || command -v chromium || command -v chromium-browser || command -v google-chrome || command -v google-chrome-stable' \
   fonts-noto-cjk:'dpkg -s fonts-noto-cjk || fc-list | grep -qi "Noto Sans CJK"' \
-  bubblewrap:'command -v bwrap'
+  bubblewrap:'command -v bwrap' \
+  slurmctld:'command -v slurmctld || [ -x /usr/sbin/slurmctld ]' \
+  slurmd:'command -v slurmd || [ -x /usr/sbin/slurmd ]' \
+  slurm-client:'command -v sbatch || [ -x /usr/sbin/sbatch ]' \
+  munge:'command -v munged || [ -x /usr/sbin/munged ]'
 APT_LOCK_WAIT ?= 600
 APT_GET := apt-get -o DPkg::Lock::Timeout=$(APT_LOCK_WAIT)
 

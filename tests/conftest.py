@@ -50,8 +50,8 @@ def _gpu_count() -> int:
 #: idle at the end (the Makefile passes --no-loadscope-reorder, so xdist keeps this order; its own order,
 #: by number of tests, started the 9-tutorial browser run late). Within a group, and for every other file,
 #: collection order.
-LONGEST_FIRST = ("tests/test_browser.py", "notebooks/", "tests/grading/test_item_fixtures", "tests/grading/test_grade_",
-                 "tests/grading/test_attacks")
+LONGEST_FIRST = ("tests/test_browser.py", "tests/test_slurm_real.py", "notebooks/", "tests/grading/test_item_fixtures",
+                 "tests/grading/test_grade_", "tests/grading/test_attacks")
 
 
 def _start_rank(item) -> int:

@@ -109,15 +109,78 @@ def test_slurm_step_through_slurm_cluster_resolver():
     assert {k: v for k, v in os.environ.items() if k.startswith("SLURM")} == saved, "os.environ must be restored"
     assert c.cluster == {"worker": ["gpu07:5000", "gpu07:5001", "gpu08:5000", "gpu08:5001"]}
     assert (c.source, c.task_index, c.tasks_on_node, c.local_rank) == ("SLURM", 1, 2, 1)
-    assert "SlurmClusterResolver" in c.describe()
+    assert "SlurmClusterResolver, SLURM's order" in c.describe()
+
+
+def test_tensorflow_2_21_resolver_sorts_host_names_as_strings(monkeypatch):
+    """Why the worker list is not the resolver's: its cluster_spec() sorts the hosts, node10 before node9."""
+    import tensorflow as tf
+
+    for k, v in {**SLURM, "SLURM_PROCID": "0", "SLURM_STEP_NODELIST": "node[9-10]"}.items():
+        monkeypatch.setenv(k, v)
+    resolver = tf.distribute.cluster_resolver.SlurmClusterResolver(port_base=5000, gpus_per_node=4, gpus_per_task=1,
+                                                                   auto_set_gpu=False)
+    assert resolver.cluster_spec().as_dict()["worker"][0] == "node10:5000"
+    assert resolver.task_id == 0  # rank 0 runs on node9, but would be told it is node10:5000
+
+
+@pytest.mark.parametrize("nodelist, per_node, want", [
+    ("node[9-10]", "2(x2)", ["node9:5000", "node9:5001", "node10:5000", "node10:5001"]),
+    ("n[1-2,10]", "1(x3)", ["n1:5000", "n2:5000", "n10:5000"]),
+    ("node[098-101]", "1(x4)", ["node098:5000", "node099:5000", "node100:5000", "node101:5000"]),
+    ("gpu9,gpu10,cpu1", "2,1,1", ["gpu9:5000", "gpu9:5001", "gpu10:5000", "cpu1:5000"]),
+    ("b[8-9],a10", "1,2,1", ["b8:5000", "b9:5000", "b9:5001", "a10:5000"]),
+])
+def test_slurm_workers_follow_slurms_order_through_the_real_resolver(nodelist, per_node, want):
+    """Worker k is SLURM task k (block distribution fills the nodes in the node list's order), whatever the
+    host names sort to; TensorFlow's SlurmClusterResolver (real, with this environment) must find the same set."""
+    for rank, addr in enumerate(want):
+        host = addr.split(":")[0]
+        local = sum(1 for a in want[:rank] if a.split(":")[0] == host)
+        env = {"SLURM_PROCID": str(rank), "SLURM_LOCALID": str(local), "SLURM_STEP_NUM_TASKS": str(len(want)),
+               "SLURM_NTASKS": str(len(want)), "SLURM_STEP_NODELIST": nodelist, "SLURM_STEP_TASKS_PER_NODE": per_node,
+               "SLURMD_NODENAME": host}
+        c = clusters.resolve_cluster(env, slurm_port_base=5000)
+        assert c.cluster == {"worker": want} and c.task_index == rank and c.local_rank == local
+        assert c.tasks_on_node == sum(1 for a in want if a.split(":")[0] == host)
+        assert clusters.resolve_cluster(env, slurm_port_base=5000, tensorflow=False).same_cluster(c)
+
+
+def test_a_task_on_another_node_than_its_rank_says_stops():
+    env = {**SLURM, "SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURMD_NODENAME": "gpu08"}
+    with pytest.raises(clusters.ClusterError, match="gpu08.*places task 0 on 'gpu07'.*distribution=block") as err:
+        clusters.resolve_cluster(env)
+    assert err.value.variable == "SLURMD_NODENAME"
+
+
+def test_a_resolver_that_finds_other_workers_stops():
+    class Other:  # stands in for a resolver that reads the node list differently
+        task_type, task_id = "worker", 1
+
+        def __init__(self, **kwargs):
+            pass
+
+        def cluster_spec(self):
+            import types
+
+            return types.SimpleNamespace(as_dict=lambda: {"worker": ["gpu07:5000", "gpu07:5001", "gpu09:5000",
+                                                                     "gpu09:5001"]})
+
+    with pytest.raises(clusters.ClusterError, match="must be the same workers") as err:
+        clusters.read_slurm(SLURM, port_base=5000, resolver_class=Other)
+    assert err.value.variable == "SLURM_STEP_NODELIST"
 
 
 @pytest.mark.parametrize("change, variable, match", [
     ({"SLURM_STEP_NODELIST": None}, "SLURM_STEP_NODELIST", "srun"),
     ({"SLURM_PROCID": "4"}, "SLURM_PROCID", r"0\.\.3"),
     ({"SLURM_STEP_NUM_TASKS": "1", "SLURM_PROCID": "0"}, "SLURM_STEP_NUM_TASKS", "batch step.*srun"),
-    ({"SLURM_STEP_NODELIST": "gpu[07-"}, "SLURM_STEP_NODELIST", "Invalid hostlist"),
-    ({"SLURM_STEP_TASKS_PER_NODE": "3(x2)"}, "SLURM_STEP_NODELIST", "Requested 4 tasks but only 6"),
+    ({"SLURM_STEP_NODELIST": "gpu[07-"}, "SLURM_STEP_NODELIST", "cannot read 'gpu\\[07-' as a SLURM host list"),
+    ({"SLURM_STEP_NODELIST": "gpu[08-07]"}, "SLURM_STEP_NODELIST", "cannot read the range '08-07'"),
+    ({"SLURM_STEP_NODELIST": "gpu07,gpu07"}, "SLURM_STEP_TASKS_PER_NODE", "names 2 \\(1 different\\)"),
+    ({"SLURM_STEP_TASKS_PER_NODE": "2(x3)"}, "SLURM_STEP_TASKS_PER_NODE", "gives 3 node\\(s\\)"),
+    ({"SLURM_STEP_TASKS_PER_NODE": "two"}, "SLURM_STEP_TASKS_PER_NODE", "cannot read 'two'"),
+    ({"SLURM_STEP_TASKS_PER_NODE": "3(x2)"}, "SLURM_STEP_TASKS_PER_NODE", "places 6 tasks but SLURM_STEP_NUM_TASKS=4"),
     ({"SLURM_LOCALID": "0"}, "SLURM_LOCALID", "distribution=block"),
 ])
 def test_bad_slurm_env_names_the_variable(change, variable, match):

@@ -20,6 +20,18 @@ def test_formulas_count_a_multiply_add_as_two_and_bytes_not_bits():
     fused, apart = mfu.elementwise_cost(100, 8), mfu.elementwise_cost(100, 8, fused=False)
     assert fused.flops == apart.flops == 800 and apart.nbytes == 8 * fused.nbytes == 8 * 800
     assert mfu.dtype_bytes("float16") == 2
+    # judged against a roof, an op is built in the roof's dtype: a 1024^3 matmul is 171 FLOP/B in
+    # float32 bytes, 341 in bfloat16 bytes (issue 32: one side of the H100's bf16 ridge or the other)
+    big = mfu.matmul_cost(1024, 1024, 1024)
+    in_bf16 = big.cast("bfloat16")
+    assert in_bf16 == mfu.matmul_cost(1024, 1024, 1024, "bfloat16", name=big.name)
+    assert round(big.intensity) == 171 and round(in_bf16.intensity) == 341
+    assert roofline.datasheet_roof("H100").bound(big.intensity, "bfloat16") == "memory"
+    assert roofline.datasheet_roof("H100").bound(in_bf16.intensity, "bfloat16") == "compute"
+    assert mfu.softmax_cost(2, 10, "float16").cast("float32") == mfu.softmax_cost(2, 10, "float32")
+    assert big.cast("tfloat32").nbytes == big.nbytes  # TF32 is float32 in memory
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        big.cast("fp8")
     with pytest.raises(ValueError, match="dtype must be one of"):
         mfu.dtype_bytes("fp16")
     with pytest.raises(ValueError, match="k must be >= 1"):
@@ -127,6 +139,9 @@ def test_predicted_mfu_rises_with_batch_and_is_never_above_one():
     big = mfu.predict_mfu(h100, 4096, 4, 32, 2048, "bfloat16")
     assert 0 < small["mfu"] < big["mfu"] <= 1.0
     assert small["params"] == 12 * 1024 * 1024 * 4
+    # model FLOPs per token: 6N plus attention's 12 * layers * width * sequence (PaLM appendix B)
+    for p, (width, depth, batch, seq) in [(small, (1024, 4, 1, 128)), (big, (4096, 4, 32, 2048))]:
+        assert p["model_flops"] == pytest.approx((6 * p["params"] + 12 * depth * width * seq) * batch * seq)
     a100 = roofline.datasheet_roof("A100")
     f32 = mfu.predict_mfu(a100, 2048, 2, 8, 512, "float32")
     bf16 = mfu.predict_mfu(a100, 2048, 2, 8, 512, "bfloat16")

@@ -76,7 +76,8 @@ def test_system_deps_waits_for_the_apt_lock_and_names_what_it_installs(root):
     assert re.search(r"^APT_GET := apt-get -o DPkg::Lock::Timeout=\$\(APT_LOCK_WAIT\)$", make, re.M)
     assert "$(APT_GET) update" in make and "$(APT_GET) install" in make
     deps = re.search(r"^SYSTEM_DEPS := (.*?)\n(?=\S)", make, re.M | re.S).group(1)
-    assert {"chromium", "fonts-noto-cjk", "bubblewrap"} <= set(re.findall(r"^\s*([a-z0-9.+-]+):'", deps, re.M))
+    assert {"chromium", "fonts-noto-cjk", "bubblewrap", "slurmctld", "slurmd", "slurm-client", "munge"} \
+        <= set(re.findall(r"^\s*([a-z0-9.+-]+):'", deps, re.M))
     proc = subprocess.run(["make", "-s", "--no-print-directory", "system-deps",
                            "SYSTEM_DEPS=fake-pkg:'false' other-fake:'exit 1' present:'true'", "APT_GET=echo APT"],
                           cwd=root, capture_output=True, text=True, timeout=60)

@@ -246,6 +246,8 @@ H100 = {"device_type": "GPU", "device_name": "NVIDIA H100 80GB HBM3", "compute_c
     ({"device_name": "NVIDIA H200", "compute_capability": (9, 0)}, "mixed_bfloat16", False, 989.5 / 67),
     ({"device_name": "Tesla V100-SXM2-16GB", "compute_capability": "7.0"}, "float16", True, 125 / 15.7),
     ({"device_name": "NVIDIA L4"}, "mixed_bfloat16", True, 121 / 60),  # no cc given: the table's
+    ({"device_name": "NVIDIA A100-SXM4-40GB", "compute_capability": (8, 0)}, "mixed_bfloat16", False, 312 / 19.5),
+    ({"device_name": "NVIDIA A100 80GB PCIe", "compute_capability": (8, 0)}, "mixed_float16", True, 2.0),
 ])
 def test_speedup_bound_of_a_gpu_is_its_data_sheet_ratio(device, policy, tf32, ceiling):
     bound = precision.pick_speedup_bound(device, policy, tf32=tf32)
@@ -260,6 +262,8 @@ def test_speedup_bound_of_a_gpu_is_its_data_sheet_ratio(device, policy, tf32, ce
     # 'L4' must not match an L40S, nor 'A100' an A1000
     ({"device_name": "NVIDIA L40S", "compute_capability": (8, 9)}, "mixed_float16", "no data-sheet row"),
     ({"device_name": "NVIDIA RTX A1000", "compute_capability": (8, 6)}, "mixed_float16", "no data-sheet row"),
+    # an NVL card is not the SXM module: no row, rather than the SXM module's ratio
+    ({"device_name": "NVIDIA H100 NVL", "compute_capability": (9, 0)}, "mixed_bfloat16", "names a variant (NVL)"),
     ({"device_name": "Quadro P5000", "compute_capability": (6, 1)}, "mixed_float16", "no float16 Tensor Cores"),
 ])
 def test_speedup_bound_of_a_gpu_without_a_figure(device, policy, why):

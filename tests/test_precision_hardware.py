@@ -156,13 +156,47 @@ def test_gpu_compute_capability_on_gpu():
 
 
 @pytest.mark.parametrize("name, key", [
-    ("Tesla T4", "T4"), ("NVIDIA A100-SXM4-80GB", "A100"), ("NVIDIA H100 80GB HBM3", "H100"),
-    ("NVIDIA H100 PCIe", "H100 PCIe"), ("NVIDIA H200", "H200"), ("NVIDIA L4", "L4"), ("Tesla V100-SXM2-16GB", "V100"),
+    ("Tesla T4", "T4"), ("NVIDIA H100 80GB HBM3", "H100"), ("NVIDIA H100 PCIe", "H100 PCIe"), ("NVIDIA H200", "H200"),
+    ("NVIDIA L4", "L4"), ("Tesla V100-SXM2-16GB", "V100"), ("Tesla V100-SXM2-32GB", "V100"),
+    # every A100 has the same peaks (NVIDIA's A100 data sheet), whatever its memory and form factor
+    ("NVIDIA A100-SXM4-40GB", "A100"), ("A100-SXM4-40GB", "A100"), ("NVIDIA A100-PCIE-40GB", "A100"),
+    ("NVIDIA A100 80GB PCIe", "A100"), ("NVIDIA A100-SXM4-80GB", "A100"), ("A100-SXM-80GB", "A100"),
 ])
 def test_driver_names_find_their_data_sheet(name, key):
     assert hw.find_gpu(name) is hw.GPU_PEAKS[key]
+    row, why = hw.pick_variant(name, hw.GPU_PEAKS)
+    assert row == key and f"data-sheet row {key!r}" in why
 
 
-@pytest.mark.parametrize("name", ["NVIDIA L40S", "NVIDIA RTX A1000", "NVIDIA H1000", "NVIDIA GeForce RTX 4090"])
+@pytest.mark.parametrize("name", ["NVIDIA L40S", "NVIDIA RTX A1000", "NVIDIA H1000", "NVIDIA GeForce RTX 4090",
+                                  "NVIDIA GH200 480GB", "Tesla V100S-PCIE-32GB"])
 def test_no_false_data_sheet_match(name):
     assert hw.find_gpu(name) is None
+    assert hw.pick_variant(name, hw.GPU_PEAKS) == (None, f"no data-sheet row for {name!r}; known: "
+                                                         f"{', '.join(hw.GPU_PEAKS)}")
+
+
+@pytest.mark.parametrize("name, said, rows", [
+    # the NVL cards have lower peaks than the SXM modules; their figures are not in the course
+    ("NVIDIA H100 NVL", "NVL", "'H100', 'H100 PCIe'"), ("NVIDIA H100NVL", "NVL", "'H100', 'H100 PCIe'"),
+    ("NVIDIA H200 NVL", "NVL", "'H200'"),
+    # the V100 row is the SXM2 module's; the PCIe card is slower
+    ("Tesla V100-PCIE-16GB", "16GB PCIe", "'V100'"),
+])
+def test_a_variant_without_a_row_never_falls_onto_another_variants_row(name, said, rows):
+    assert hw.find_gpu(name) is None
+    row, why = hw.pick_variant(name, hw.GPU_PEAKS)
+    assert row is None and f"names a variant ({said})" in why and f"rows {rows} describes" in why
+
+
+def test_the_longest_match_wins_and_a_name_without_variant_gets_the_chips_first_row():
+    keys = ["A100 80GB SXM", "A100 80GB PCIe", "A100 40GB", "H100", "H100 PCIe"]
+    assert hw.pick_variant("NVIDIA A100 80GB PCIe", keys)[0] == "A100 80GB PCIe"  # both stated beat one
+    assert hw.pick_variant("NVIDIA A100-PCIE-40GB", keys)[0] == "A100 40GB"       # 40GB fits PCIe and SXM
+    assert hw.pick_variant("A100", keys) == ("A100 80GB SXM", "'A100' -> data-sheet row 'A100 80GB SXM' "
+                                                              "(the name states no variant: the first of the A100 rows)")
+    assert hw.pick_variant("nvidia h100 pcie", keys)[0] == "H100 PCIe"  # case does not matter
+    assert hw.pick_variant("NVIDIA H100 80GB HBM3", keys)[1].endswith("(no other H100 row fits: 'H100' is the "
+                                                                      "SXM module)")
+    with pytest.raises(TypeError, match="name"):
+        hw.pick_variant(None, keys)

@@ -86,14 +86,44 @@ def test_roof_is_min_of_peak_and_intensity_times_bandwidth():
         a100.attainable(0.0, "float32")
 
 
-@pytest.mark.parametrize("name, key, gbs", [("Tesla T4", "T4", 320), ("NVIDIA L4", "L4", 300),
-                                            ("NVIDIA A100-SXM4-80GB", "A100", 2039),
-                                            ("NVIDIA H100 80GB HBM3", "H100", 3350), ("NVIDIA H200", "H200", 4800)])
-def test_every_datasheet_roof_has_both_roofs_and_cites_its_source(name, key, gbs):
+@pytest.mark.parametrize("name, key, gbs", [
+    ("Tesla T4", "T4", 320), ("NVIDIA L4", "L4", 300), ("Tesla V100-SXM2-16GB", "V100", 900),
+    # NVIDIA's A100 data sheet: 40GB PCIe 1,555; 80GB PCIe 1,935; 40GB SXM 1,555; 80GB SXM 2,039 GB/s
+    ("NVIDIA A100-SXM4-40GB", "A100 40GB", 1555), ("A100-SXM4-40GB", "A100 40GB", 1555),
+    ("NVIDIA A100-PCIE-40GB", "A100 40GB", 1555), ("NVIDIA A100 80GB PCIe", "A100 80GB PCIe", 1935),
+    ("NVIDIA A100-SXM4-80GB", "A100 80GB SXM", 2039), ("A100-SXM-80GB", "A100 80GB SXM", 2039),
+    ("A100", "A100 80GB SXM", 2039),  # no variant named: the first A100 row, and the roof says which
+    ("NVIDIA H100 80GB HBM3", "H100", 3350), ("NVIDIA H100 PCIe", "H100 PCIe", 2000), ("NVIDIA H200", "H200", 4800),
+])
+def test_every_driver_name_gets_its_variants_roof_and_the_roof_names_it(name, key, gbs):
     roof = roofline.datasheet_roof(name)
     assert roof.name == key and roof.bandwidth_gbs == gbs
     assert roof.source.count("data sheet") == 2  # one for the peaks, one for the bandwidth
     assert roof.peaks["float32"] > 0
+
+
+def test_notebook_01s_a100_gets_the_40gb_ridge_not_the_80gb_sxms():
+    """The name notebook 01 uses: 1,555 GB/s, so its float32 ridge is 12.5 FLOP/byte, not 9.6 (31% off)."""
+    roof = roofline.datasheet_roof("NVIDIA A100-SXM4-40GB")
+    assert roof.ridge("float32") == pytest.approx(12.54, abs=0.01)
+    assert roofline.datasheet_roof("NVIDIA A100-SXM4-80GB").ridge("float32") == pytest.approx(9.56, abs=0.01)
+    measured = roofline.Roof("this GPU", {"float32": 18.0}, 1400.0, "measured")
+    assert "| memory GB/s | 1,400 | 1555 | 90% |" in roofline.format_roof(measured, roof)
+
+
+def test_each_bandwidth_row_is_its_own_roof_with_the_same_chips_peaks():
+    for key in roofline.GPU_BANDWIDTH:
+        roof = roofline.datasheet_roof(key)
+        assert roof.name == key and roof.bandwidth_gbs == roofline.GPU_BANDWIDTH[key][0]
+        assert roof.peaks["float32"] == roofline.datasheet_gpu(key).float32
+        assert key.split()[0] in roofline.datasheet_gpu(key).name  # the same chip
+
+
+@pytest.mark.parametrize("name, said", [("NVIDIA H100 NVL", "NVL"), ("NVIDIA H100NVL", "NVL"),
+                                        ("NVIDIA H200 NVL", "NVL"), ("Tesla V100-PCIE-16GB", "16GB PCIe")])
+def test_a_variant_without_a_data_sheet_gets_no_roof_rather_than_anothers(name, said):
+    with pytest.raises(ValueError, match=rf"no data sheet for GPU '{name}': .* names a variant \({said}\)"):
+        roofline.datasheet_roof(name)
 
 
 def test_an_h100_pcie_card_gets_its_own_slower_data_sheet():
@@ -110,22 +140,109 @@ def test_h200_is_found_by_its_driver_name_without_changing_notebook_05s_table():
         roofline.datasheet_roof("NVIDIA GeForce RTX 4090")
 
 
+def test_warm_up_runs_for_a_fixed_time_not_a_fixed_count():
+    now = [0.0]
+    calls = []
+
+    def fn():
+        calls.append(now[0])
+        now[0] += 0.3  # each call takes 0.3 s of the fake clock
+        return None
+
+    assert roofline.warm_up(fn, 1.0, clock=lambda: now[0]) == 4 == len(calls)  # 0.3, 0.6, 0.9, 1.2 s
+    now[0], calls[:] = 0.0, []
+    assert roofline.warm_up(fn, 0.0, clock=lambda: now[0]) == 1  # always at least once
+    with pytest.raises(ValueError, match="seconds must be >= 0"):
+        roofline.warm_up(fn, -1.0)
+    assert roofline.WARMUP_S["GPU"] >= 1.0
+
+
+def test_a_real_sweep_warms_up_for_its_time_and_keeps_each_shapes_best_call(monkeypatch):
+    import time as _time
+
+    from gpucourse import timing
+
+    spent = []
+    real = roofline.warm_up
+    monkeypatch.setattr(roofline, "warm_up", lambda fn, s, clock=None: spent.append(s) or real(fn, s))
+    seen = {}
+    real_time_fn = timing.time_fn
+
+    def time_fn(*args, **kwargs):
+        t = real_time_fn(*args, **kwargs)
+        seen[kwargs["name"]] = t
+        return t
+
+    monkeypatch.setattr(timing, "time_fn", time_fn)
+    t0 = _time.perf_counter()
+    r = roofline.measure_matmul("float32", shapes=[(64, 64, 64)], device="CPU:0", repeats=3, warmup_s=0.2)
+    assert _time.perf_counter() - t0 >= 0.2 and spent == [0.2]
+    assert r.best_tflops == pytest.approx(2 * 64 ** 3 * 2 / seen["64x64x64"].min_s / 1e12)  # the best call
+    spent.clear()
+    roofline.measure_matmul("float32", shapes=[(64, 64, 64)], device="CPU:0", repeats=1, warmup_s=0)
+    assert spent == []
+
+
+def test_the_cpu_bandwidth_array_is_sized_from_the_cache_the_os_reports(tmp_path):
+    for index, (level, size) in enumerate([(1, "48K"), (1, "64K"), (2, "2048K"), (3, "491520K")]):
+        (tmp_path / f"index{index}").mkdir()
+        (tmp_path / f"index{index}" / "size").write_text(size + "\n")
+        (tmp_path / f"index{index}" / "level").write_text(f"{level}\n")
+    assert roofline.read_cache_size(str(tmp_path)) == 491520 << 10  # the largest: a 480 MiB L3
+    assert roofline.bandwidth_mib("CPU", 491520 << 10) == 1920  # 4x the L3: every pass comes from memory
+    assert roofline.bandwidth_mib("CPU", 32 << 20) == 128
+    assert roofline.bandwidth_mib("CPU", 1 << 20) == 64  # never below 64 MiB
+    assert roofline.bandwidth_mib("CPU", None) == 64 and roofline.bandwidth_mib("GPU") == 1024
+    (tmp_path / "index3" / "size").write_text("32M\n")
+    assert roofline.read_cache_size(str(tmp_path)) == 32 << 20
+    assert roofline.read_cache_size(str(tmp_path / "none")) is None  # off Linux: nothing reported
+    (tmp_path / "index9").mkdir()
+    (tmp_path / "index9" / "size").write_text("unknown\n")
+    assert roofline.read_cache_size(str(tmp_path)) == 32 << 20  # an unreadable entry is skipped
+    with pytest.raises(ValueError, match="cache_bytes must be >= 1"):
+        roofline.bandwidth_mib("CPU", 0)
+    with pytest.raises(ValueError, match="device_type must be one of"):
+        roofline.bandwidth_mib("TPU")
+
+
 X86 = "processor\t: 0\nmodel name\t: Intel Xeon\ncpu MHz\t\t: 2200.000\nflags\t\t: sse2 avx avx2 fma\n\n" \
       "processor\t: 1\nmodel name\t: Intel Xeon\ncpu MHz\t\t: 2200.000\nflags\t\t: sse2 avx avx2 fma\n"
 
 
-@pytest.mark.parametrize("text, vector, cores, mhz", [
-    (X86, 256, 2, 2200.0),
-    (X86.replace("avx2 fma", "avx2 fma avx512f"), 512, 2, 2200.0),
-    ("processor\t: 0\nFeatures\t: fp asimd evtstrm\nCPU part\t: 0xd0c\n", 128, 1, None),  # ARM: no MHz line
+def _smt(sockets, cores, threads):
+    """/proc/cpuinfo of ``sockets`` x ``cores`` x ``threads`` (SMT siblings share a core id), as Linux lists it."""
+    blocks, n = [], 0
+    for thread in range(threads):
+        for socket in range(sockets):
+            for core in range(cores):
+                blocks.append(f"processor\t: {n}\nmodel name\t: Xeon\nphysical id\t: {socket}\n"
+                              f"siblings\t: {cores * threads}\ncore id\t\t: {core}\ncpu cores\t: {cores}\n"
+                              "cpu MHz\t\t: 3000.000\nflags\t\t: avx2 fma avx512f\n")
+                n += 1
+    return "\n".join(blocks)
+
+
+@pytest.mark.parametrize("text, vector, cores, physical, mhz", [
+    (X86, 256, 2, None, 2200.0),  # no topology lines (some VMs): physical cores unknown
+    (X86.replace("avx2 fma", "avx2 fma avx512f"), 512, 2, None, 2200.0),
+    ("processor\t: 0\nFeatures\t: fp asimd evtstrm\nCPU part\t: 0xd0c\n", 128, 1, None, None),  # ARM: no MHz line
+    (_smt(1, 4, 2), 512, 8, 4, 3000.0),  # hyper-threading: 8 logical, 4 physical cores
+    (_smt(2, 4, 2), 512, 16, 8, 3000.0),  # two sockets: core ids repeat per socket
+    (_smt(1, 2, 1), 512, 2, 2, 3000.0),
 ])
-def test_cpu_facts_read_cores_clock_and_vector_width(text, vector, cores, mhz):
+def test_cpu_facts_read_physical_cores_clock_and_vector_width(text, vector, cores, physical, mhz):
     facts = roofline.cpu_facts(text)
-    assert (facts["vector_bits"], facts["logical_cores"], facts["mhz"]) == (vector, cores, mhz)
-    assert facts["datasheet"].startswith("no data sheet applies")
+    assert (facts["vector_bits"], facts["logical_cores"], facts["physical_cores"], facts["mhz"]) == \
+        (vector, cores, physical, mhz)
+    # the vendor publishes FLOP per cycle per core; cpuinfo names neither the FMA units nor the all-core clock
+    assert "physical cores x clock x FLOP per cycle per core" in facts["datasheet"]
+    assert "vendor publishes" in facts["datasheet"] and "measured matmul peak" in facts["datasheet"]
 
 
-def test_a_real_bandwidth_measurement_and_the_measured_roof():
+def test_a_real_bandwidth_measurement_and_the_measured_roof(monkeypatch):
+    sized = []
+    monkeypatch.setattr(roofline, "read_cache_size", lambda: sized.append(1) or (1 << 20))
+    assert roofline.measure_bandwidth(device="CPU:0", repeats=1).nbytes == 64 << 20 and sized == [1]
     bw = roofline.measure_bandwidth(device="CPU:0", mib=4, repeats=1, iters=1)
     assert bw.nbytes == 4 << 20 and bw.copy_gbs > 0 and bw.read_gbs > 0 and bw.best_gbs == max(bw.copy_gbs, bw.read_gbs)
     mm = roofline.MatmulResult("float32", "CPU:0", 0.1, (64, 64, 64), {})
@@ -190,5 +307,14 @@ def test_benchmark_rows_on_a_gpu_are_measured_over_the_data_sheet(monkeypatch):
 def test_benchmark_rows_on_a_cpu_have_no_bound(monkeypatch):
     _fake_roof(monkeypatch, [], "", [("float32", 0.1)], 10.0)
     rows = roofline.benchmark(quick=True)
-    assert [r["bound_s"] for r in rows] == [None, None] and "no data sheet" in rows[0]["note"]
+    assert [r["bound_s"] for r in rows] == [None, None] and "measured roof only" in rows[0]["note"]
     assert rows[0]["median_s"] == pytest.approx(2 * 4096 ** 3 / 0.1e12)
+
+
+def test_benchmark_rows_on_an_a100_40gb_use_its_variants_bandwidth_and_name_the_row(monkeypatch):
+    _fake_roof(monkeypatch, ["gpu0"], "NVIDIA A100-SXM4-40GB", [("bfloat16", 250.0)], 1400.0)
+    rows = roofline.benchmark(quick=True)
+    assert rows[-1]["ratio_to_bound"] == pytest.approx(1555 / 1400.0) and "of 1555" in rows[-1]["note"]
+    assert "data-sheet row A100 40GB" in rows[0]["note"]
+    _fake_roof(monkeypatch, ["gpu0"], "NVIDIA H100 NVL", [("bfloat16", 700.0)], 3000.0)
+    assert [r["bound_s"] for r in roofline.benchmark(quick=True)] == [None, None]  # not the SXM module's

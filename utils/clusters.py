@@ -8,11 +8,13 @@ Three sources, tried on the variables that are present (never guessed):
 
 * **TF_CONFIG** (set by you, by the course's launcher, or by Vertex AI custom
   training): read as it is. :func:`read_tf_config`.
-* **SLURM** (``SLURM_PROCID`` is set by ``srun`` in every task): checked here,
-  then resolved by TensorFlow's own
-  ``tf.distribute.cluster_resolver.SlurmClusterResolver``. :func:`read_slurm`.
-  In TensorFlow 2.21 the resolver expands ``SLURM_STEP_NODELIST`` itself (its
-  docstring still says it asks ``scontrol``; the code does not).
+* **SLURM** (``SLURM_PROCID`` is set by ``srun`` in every task): the workers in
+  SLURM's task order, read from the step's node list, and confirmed by
+  TensorFlow's own ``tf.distribute.cluster_resolver.SlurmClusterResolver``
+  (which finds the same addresses but sorts host names as strings: ``node10``
+  before ``node9``). :func:`read_slurm`. In TensorFlow 2.21 the resolver
+  expands ``SLURM_STEP_NODELIST`` itself (its docstring still says it asks
+  ``scontrol``; the code does not).
 * **Kubernetes Indexed Job** (``JOB_COMPLETION_INDEX`` is set by the Job
   controller in every pod; the manifest sets ``TRAIN_NUM_WORKERS``,
   ``TRAIN_JOB_NAME``, ``TRAIN_SERVICE`` and optionally ``TRAIN_PORT``): worker
@@ -22,7 +24,7 @@ Three sources, tried on the variables that are present (never guessed):
 :func:`resolve_cluster` picks the source present; with two present it uses
 them only if they agree. Every problem raises :class:`ClusterError` (a
 ``ValueError``) naming the variable, its value and the fix. Only
-:func:`read_slurm` imports TensorFlow (lazily, when called).
+:func:`read_slurm` imports TensorFlow (lazily, when called, unless told not to).
 """
 
 from __future__ import annotations
@@ -175,49 +177,137 @@ def _check_slurm_env(env: Mapping[str, str]) -> tuple[int, int]:
     return rank, ntasks
 
 
-def read_slurm(env: Mapping[str, str], port_base: int = SLURM_PORT_BASE, resolver_class: Callable | None = None
-               ) -> Cluster:
-    """The cluster of this SLURM job step, resolved by ``SlurmClusterResolver`` (imports TensorFlow).
+def _expand_hostlist(text: str) -> list[str]:
+    """SLURM's host list (``node[9-10],gpu07``) as names, in SLURM's order, nothing sorted or dropped.
 
-    Worker ``k`` on a node listens on ``port_base + k``. The resolver's own GPU
-    split is switched off (``auto_set_gpu=False``): it needs at least one GPU per
-    task (with none, or ``CUDA_VISIBLE_DEVICES=-1``, its ``cluster_spec()``
-    raises ``range() arg 3 must not be zero``; without ``nvidia-smi`` its
-    constructor raises ``FileNotFoundError``), so the caller splits the node's
-    GPUs itself with ``tasks_on_node`` and ``local_rank``.
+    The grammar TensorFlow's resolver reads: comma-separated names, each a prefix with at most one
+    ``[...]`` of numbers and ranges (``07-08`` keeps its zero padding).
+    """
+    bad = ClusterError("SLURM_STEP_NODELIST", f"cannot read {text!r} as a SLURM host list (like "
+                                              "'node[1-4,7],gpu07', one [...] per name)")
+    parts = re.findall(r"(?:[^,\[\]]|\[[^\[\]]*\])+", text.strip())
+    if ",".join(parts) != text.strip():  # unbalanced or nested brackets, empty names
+        raise bad
+    hosts: list[str] = []
+    for part in parts:
+        m = re.fullmatch(r"([^,\[\]\s]*)(?:\[([0-9,\-]+)\])?", part)
+        if m is None:
+            raise bad
+        if m.group(2) is None:
+            hosts.append(m.group(1))
+            continue
+        for rng in m.group(2).split(","):
+            lo, _, hi = rng.partition("-")
+            if not lo.isdigit() or (hi and not hi.isdigit()) or (hi and int(hi) < int(lo)):
+                raise ClusterError("SLURM_STEP_NODELIST", f"cannot read the range {rng!r} in {text!r} "
+                                                          "(like '1-4' or '07')")
+            hosts.extend(m.group(1) + str(i).zfill(len(lo)) for i in range(int(lo), int(hi or lo) + 1))
+    return hosts
+
+
+def _expand_tasks_per_node(text: str) -> list[int]:
+    """SLURM's tasks per node (``2(x3),1``) as one count per node: ``[2, 2, 2, 1]``."""
+    counts: list[int] = []
+    for part in text.strip().split(","):
+        m = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part.strip())
+        if m is None:
+            raise ClusterError("SLURM_STEP_TASKS_PER_NODE", f"cannot read {text!r} (like '4' or '2(x3),1')")
+        counts.extend([int(m.group(1))] * int(m.group(2) or 1))
+    return counts
+
+
+def _slurm_workers(env: Mapping[str, str], port_base: int) -> tuple[list[str], int, int]:
+    """The step's workers in SLURM's order (task ``k`` is ``workers[k]``), this task's rank and the step size.
+
+    With ``--distribution=block`` SLURM places tasks 0, 1, ... on the nodes in the order of its node list;
+    task ``j`` of a node listens on ``port_base + j``. Pure: no TensorFlow.
+    """
+    rank, ntasks = _check_slurm_env(env)
+    nodelist, per_node = env["SLURM_STEP_NODELIST"], env["SLURM_STEP_TASKS_PER_NODE"]
+    hosts, counts = _expand_hostlist(nodelist), _expand_tasks_per_node(per_node)
+    if len(hosts) != len(counts) or len(set(hosts)) != len(hosts):
+        raise ClusterError("SLURM_STEP_TASKS_PER_NODE", f"{per_node!r} gives {len(counts)} node(s) but "
+                                                        f"SLURM_STEP_NODELIST={nodelist!r} names {len(hosts)} "
+                                                        f"({len(set(hosts))} different): the two must describe "
+                                                        "the same step")
+    workers = [f"{h}:{port_base + j}" for h, n in zip(hosts, counts) for j in range(n)]
+    if len(workers) != ntasks:
+        raise ClusterError("SLURM_STEP_TASKS_PER_NODE", f"places {len(workers)} tasks but SLURM_STEP_NUM_TASKS="
+                                                        f"{ntasks}: the two must describe the same step")
+    if max(port_base + n - 1 for n in counts) > 65535:
+        raise ClusterError("SLURM_STEP_TASKS_PER_NODE", f"{max(counts)} tasks on a node from port {port_base} "
+                                                        "go past 65535; choose a lower --slurm-port-base")
+    return workers, rank, ntasks
+
+
+def _slurm_order(resolver_workers: list[str], workers: list[str], env: Mapping[str, str]) -> None:
+    """Stop unless the resolver found the same addresses as SLURM's own node list (in whatever order)."""
+    if sorted(resolver_workers) != sorted(workers):
+        raise ClusterError("SLURM_STEP_NODELIST", f"SlurmClusterResolver read SLURM_STEP_NODELIST="
+                                                  f"{env['SLURM_STEP_NODELIST']!r} and SLURM_STEP_TASKS_PER_NODE="
+                                                  f"{env['SLURM_STEP_TASKS_PER_NODE']!r} as {resolver_workers}, "
+                                                  f"SLURM's order gives {workers}: they must be the same workers")
+
+
+def read_slurm(env: Mapping[str, str], port_base: int = SLURM_PORT_BASE, resolver_class: Callable | None = None,
+               *, tensorflow: bool = True) -> Cluster:
+    """The cluster of this SLURM job step, in SLURM's task order, confirmed by ``SlurmClusterResolver``.
+
+    Worker ``k`` is SLURM task ``k``: with ``srun --distribution=block`` the tasks fill the nodes of
+    ``SLURM_STEP_NODELIST`` in its order, and task ``j`` of a node listens on ``port_base + j``.
+    TensorFlow 2.21's resolver finds the same addresses but sorts the host names as strings, so for
+    ``node[9-10]`` it would list ``node10`` first and give rank 0 (on node9) node10's address; the
+    worker list here keeps SLURM's order. ``SLURMD_NODENAME`` (set by slurmd in every task) must be
+    the node this rank is placed on, and ``SLURM_LOCALID`` its place there; otherwise the tasks are
+    not laid out in node-list order and this stops.
+
+    With ``tensorflow=True`` (the default) the resolver (imported lazily) must find the same
+    addresses; ``tensorflow=False`` reads SLURM's variables alone, without importing TensorFlow.
+    The resolver's own GPU split is switched off (``auto_set_gpu=False``): it needs at least one GPU
+    per task (with none, or ``CUDA_VISIBLE_DEVICES=-1``, its ``cluster_spec()`` raises ``range() arg 3
+    must not be zero``; without ``nvidia-smi`` its constructor raises ``FileNotFoundError``), so the
+    caller splits the node's GPUs itself with ``tasks_on_node`` and ``local_rank``.
 
     ``env`` must be the process environment the resolver reads (``os.environ``),
     or, to preview another step, a mapping applied to ``os.environ`` for the
     duration of the call.
     """
     _validate.whole("port_base", port_base, minimum=1, maximum=65535, what="the first port on each node")
-    rank, ntasks = _check_slurm_env(env)
-    resolver_class = resolver_class or _tf.tf().distribute.cluster_resolver.SlurmClusterResolver
-    with _environ(env, [*_SLURM_VARS, "SLURM_NTASKS"]):
-        try:
-            # gpus_per_node/gpus_per_task only satisfy the resolver's arithmetic (one slot per task, at most
-            # ntasks tasks on a node); GPUs are given out by the caller, so no CUDA_VISIBLE_DEVICES is written.
-            resolver = resolver_class(port_base=port_base, gpus_per_node=ntasks, gpus_per_task=1, auto_set_gpu=False)
-            spec = resolver.cluster_spec().as_dict()
-        except (ValueError, RuntimeError, AssertionError) as err:
-            raise ClusterError("SLURM_STEP_NODELIST", f"SlurmClusterResolver could not build the cluster from "
-                                                      f"SLURM_STEP_NODELIST={env['SLURM_STEP_NODELIST']!r} and "
-                                                      f"SLURM_STEP_TASKS_PER_NODE={env['SLURM_STEP_TASKS_PER_NODE']!r}"
-                                                      f": {err}") from None
-    workers = list(spec.get("worker", []))
-    if len(workers) != ntasks or resolver.task_type != "worker" or resolver.task_id != rank:
-        raise ClusterError("SLURM_STEP_TASKS_PER_NODE", f"places {len(workers)} tasks but SLURM_STEP_NUM_TASKS="
-                                                        f"{ntasks}: the two must describe the same step")
+    workers, rank, ntasks = _slurm_workers(env, port_base)
+    if tensorflow:
+        resolver_class = resolver_class or _tf.tf().distribute.cluster_resolver.SlurmClusterResolver
+        with _environ(env, [*_SLURM_VARS, "SLURM_NTASKS"]):
+            try:
+                # gpus_per_node/gpus_per_task only satisfy the resolver's arithmetic (one slot per task, at most
+                # ntasks tasks on a node); GPUs are given out by the caller, so no CUDA_VISIBLE_DEVICES is written.
+                resolver = resolver_class(port_base=port_base, gpus_per_node=ntasks, gpus_per_task=1,
+                                          auto_set_gpu=False)
+                spec = resolver.cluster_spec().as_dict()
+            except (ValueError, RuntimeError, AssertionError) as err:
+                raise ClusterError("SLURM_STEP_NODELIST", f"SlurmClusterResolver could not build the cluster from "
+                                                          f"SLURM_STEP_NODELIST={env['SLURM_STEP_NODELIST']!r} and "
+                                                          "SLURM_STEP_TASKS_PER_NODE="
+                                                          f"{env['SLURM_STEP_TASKS_PER_NODE']!r}: {err}") from None
+        if resolver.task_type != "worker" or resolver.task_id != rank:
+            raise ClusterError("SLURM_PROCID", f"is {rank} but SlurmClusterResolver made this task "
+                                               f"{resolver.task_type} {resolver.task_id}")
+        _slurm_order(list(spec.get("worker", [])), workers, env)
     host = workers[rank].rsplit(":", 1)[0]
     local = sum(1 for a in workers[:rank] if a.rsplit(":", 1)[0] == host)
     on_node = sum(1 for a in workers if a.rsplit(":", 1)[0] == host)
+    node = env.get("SLURMD_NODENAME", "").strip()
+    if node and node != host:
+        raise ClusterError("SLURMD_NODENAME", f"is {node!r} but SLURM_STEP_NODELIST={env['SLURM_STEP_NODELIST']!r} "
+                                              f"with SLURM_STEP_TASKS_PER_NODE={env['SLURM_STEP_TASKS_PER_NODE']!r} "
+                                              f"places task {rank} on {host!r}: the tasks are not laid out in "
+                                              "node-list order; use srun --distribution=block")
     if "SLURM_LOCALID" in env and env["SLURM_LOCALID"].strip().isdigit() and int(env["SLURM_LOCALID"]) != local:
-        raise ClusterError("SLURM_LOCALID", f"is {env['SLURM_LOCALID']} but SlurmClusterResolver placed task "
-                                            f"{rank} as task {local} of {host}: it assumes block distribution; "
-                                            "use srun --distribution=block")
-    detail = (f"SlurmClusterResolver: SLURM_PROCID={rank}, SLURM_STEP_NUM_TASKS={ntasks}, SLURM_STEP_NODELIST="
-              f"{env['SLURM_STEP_NODELIST']}, SLURM_STEP_TASKS_PER_NODE={env['SLURM_STEP_TASKS_PER_NODE']}, "
-              f"port base {port_base}")
+        raise ClusterError("SLURM_LOCALID", f"is {env['SLURM_LOCALID']} but SLURM's node list places task "
+                                            f"{rank} as task {local} of {host}: the worker list assumes block "
+                                            "distribution; use srun --distribution=block")
+    detail = (f"{'SlurmClusterResolver, ' if tensorflow else ''}SLURM's order: SLURM_PROCID={rank}, "
+              f"SLURM_STEP_NUM_TASKS={ntasks}, SLURM_STEP_NODELIST={env['SLURM_STEP_NODELIST']}, "
+              f"SLURM_STEP_TASKS_PER_NODE={env['SLURM_STEP_TASKS_PER_NODE']}, port base {port_base}")
     return Cluster("SLURM", {"worker": workers}, "worker", rank, detail=detail, tasks_on_node=on_node,
                    local_rank=local)
 
@@ -308,13 +398,15 @@ def read_kubernetes(env: Mapping[str, str]) -> Cluster:
 
 
 def resolve_cluster(env: Mapping[str, str], slurm_port_base: int = SLURM_PORT_BASE,
-                    slurm_resolver_class: Callable | None = None) -> Cluster:
+                    slurm_resolver_class: Callable | None = None, *, tensorflow: bool = True) -> Cluster:
     """The cluster described by ``env``: TF_CONFIG, SLURM (``SLURM_PROCID``) or an Indexed Job (``JOB_COMPLETION_INDEX``).
 
     With one source present, its cluster. With several, TF_CONFIG's if they all
     describe the same workers and the same task (``source`` then names them all),
     else :class:`ClusterError` showing both. With none, :class:`ClusterError`
-    naming the three variables looked for.
+    naming the three variables looked for. ``tensorflow=False`` reads a SLURM
+    step without TensorFlow's resolver (:func:`read_slurm`), so nothing here
+    imports TensorFlow.
     """
     if not isinstance(env, Mapping):
         raise TypeError(f"env must be os.environ or a dict of variables, got {type(env).__name__}")
@@ -322,7 +414,7 @@ def resolve_cluster(env: Mapping[str, str], slurm_port_base: int = SLURM_PORT_BA
     if env.get("TF_CONFIG", "").strip():  # an empty TF_CONFIG means none, as TensorFlow reads it
         found.append(read_tf_config(env["TF_CONFIG"]))
     if "SLURM_PROCID" in env:
-        found.append(read_slurm(env, slurm_port_base, slurm_resolver_class))
+        found.append(read_slurm(env, slurm_port_base, slurm_resolver_class, tensorflow=tensorflow))
     if "JOB_COMPLETION_INDEX" in env:
         found.append(read_kubernetes(env))
     if not found:

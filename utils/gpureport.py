@@ -301,7 +301,9 @@ def measure(quick: bool = False, echo=print) -> dict:
                 "memory_mib": gpu.memory_total_mib if gpu else None, "driver": gpu.driver if gpu else None,
                 "count": len(tf.config.list_physical_devices("GPU"))},
         "tensorflow": {"version": tf.__version__, "cuda": info.get("cuda_version"), "cudnn": info.get("cudnn_version")},
-        "datasheet": peaks.source if peaks else None,
+        # the variant row the roof used ("A100 40GB": 1,555 GB/s), else the peaks' row alone
+        "datasheet": (f"{roofline.datasheet_roof(name).name}: {roofline.datasheet_roof(name).source}"
+                      if _has_roof(name) else peaks.source if peaks else None),
         "matmul": [dataclasses.asdict(r) | {"tflops_by_shape": {"x".join(map(str, k)): v
                                                                 for k, v in r.tflops_by_shape.items()}}
                    for r in matmuls],

@@ -8,14 +8,17 @@ Where an op sits on a roofline depends on its *arithmetic intensity*, FLOPs per 
 
 * Formulas: :func:`matmul_cost`, :func:`conv2d_cost`, :func:`softmax_cost`, :func:`elementwise_cost`,
   :func:`attention_costs`, :func:`dense_train_flops` (a multiply-add is 2 FLOPs; bytes are the
-  inputs read plus the output written, at the dtype's size in bytes).
+  inputs read once plus the output written once, at the dtype's size in bytes: the compulsory
+  traffic, so the intensities are upper bounds, since real kernels may read tiles more than once);
+  :meth:`OpCost.cast` puts an op in another dtype.
 * From TensorFlow itself: :func:`count_flops` reads the float-operation count TensorFlow's profiler
   registers for each op of a concrete function's graph; :func:`graph_bytes` adds up the bytes every
   op of that graph reads and writes when each runs as its own kernel; :func:`hlo_bytes` does the same
   for the kernels XLA makes after fusion.
 * MFU, model FLOPs utilisation (PaLM's definition): :func:`train_step_flops` counts a training
   step's FLOPs (forward and backward) from TensorFlow, :func:`mfu` divides them by the step time and
-  the device's peak.
+  the device's data-sheet peak. Divided by a *measured* peak instead, the same arithmetic gives the
+  share of the measured (MAMF) peak, another ratio.
 * :func:`plot_roofline` draws ops on a roof; :func:`transformer_ops`, :func:`predict_mfu` and
   :func:`roofline_explorer` model a transformer's step on any :class:`gpucourse.roofline.Roof`.
 
@@ -59,6 +62,14 @@ class OpCost:
     @property
     def intensity(self) -> float:
         return self.flops / self.nbytes
+
+    def cast(self, dtype: str) -> "OpCost":
+        """The same op with every tensor in ``dtype``: the same FLOPs, the bytes scaled by the element size.
+
+        Judge an op against a roof in that roof's dtype: ``matmul_cost(1024, 1024, 1024).cast("bfloat16")``
+        is 341 FLOP/byte, twice the float32 figure, and right of an H100's bfloat16 ridge (295).
+        """
+        return OpCost(self.name, self.flops, self.nbytes * dtype_bytes(dtype) / dtype_bytes(self.dtype), dtype)
 
 
 def _dims(**dims) -> list[int]:
@@ -241,7 +252,11 @@ def train_step_flops(model, x_spec, y_spec, loss: Callable | None = None) -> tup
 
 
 def mfu(model_flops: float, step_s: float, peak_tflops: float) -> float:
-    """Model FLOPs utilisation: ``model_flops / step_s`` as a fraction of ``peak_tflops`` (dense, this dtype)."""
+    """Model FLOPs utilisation: ``model_flops / step_s`` as a fraction of ``peak_tflops`` (dense, this dtype).
+
+    MFU proper divides by the data sheet's peak. Given a measured peak (a MAMF sweep's best matmul), the
+    same arithmetic gives the share of the measured peak, a larger and different ratio: say which.
+    """
     model_flops = _validate.real("model_flops", model_flops, 0.0, what="FLOPs of one step, forward and backward")
     step_s = _validate.real("step_s", step_s, 0.0, strict_min=True, what="seconds per step")
     peak = _validate.real("peak_tflops", peak_tflops, 0.0, strict_min=True, what="the device's dense peak")
@@ -304,9 +319,11 @@ def predict_mfu(roof, width: int, depth: int, batch: int, seq: int, dtype: str =
     """The roofline's best case for a transformer step on ``roof``: step time and MFU.
 
     Every op takes ``max(flops / peak, bytes / bandwidth)``; the backward pass costs twice the
-    forward, so a step is 3 forward passes of ``depth`` layers. Model FLOPs are ``6 * params * tokens``
-    plus attention's. Host overhead, input, communication and launch gaps are *not* in it: a real step
-    is slower, so this is an upper bound on MFU.
+    forward, so a step is 3 forward passes of ``depth`` layers. Model FLOPs per token are PaLM's
+    (appendix B): ``6 * params`` plus attention's ``12 * depth * width * seq`` (``Q @ K^T`` and
+    ``scores @ V``, 2 FLOPs per multiply-add each, forward and backward), which no parameter count
+    shows and which dominates at long sequences. Host overhead, input, communication and launch gaps
+    are *not* in it: a real step is slower, so this is an upper bound on MFU.
     """
     ops = transformer_ops(width, depth, batch, seq, dtype)
     step_s = 3 * depth * sum(roof.seconds(op.flops, op.nbytes, dtype) for op in ops)

@@ -67,6 +67,8 @@ RESULT_MARK = "GPUCOURSE_RESULT "
 DEFAULT_TIMEOUT_S = 90.0
 #: Features of the worker's tiny regression model (8 -> 16 -> 1).
 FEATURES, HIDDEN = 8, 16
+#: What a finished worker keeps until its process ends (:func:`_run_worker`).
+_KEEP_UNTIL_EXIT: list = []
 
 
 # --------------------------------------------------------------------------- cluster plumbing
@@ -418,6 +420,22 @@ def _write_dir(checkpoint_dir: str, task_id: int, is_chief: bool) -> str:
     return checkpoint_dir if is_chief else os.path.join(checkpoint_dir, f".worker{task_id}-tmp")
 
 
+def _restore_sigterm() -> None:
+    """Let SIGTERM end this worker again, as SLURM and Kubernetes expect.
+
+    Creating ``MultiWorkerMirroredStrategy`` makes TensorFlow 2.21 catch SIGTERM (``SigCgt`` in
+    ``/proc/<pid>/status`` shows it caught after the strategy starts, not before) without ending the
+    process. A worker whose peer died then ignores ``srun --kill-on-bad-exit``'s SIGTERM and a pod's
+    termination signal, and lives until it fails by itself or the engine's SIGKILL comes (SLURM's
+    ``KillWait``, Kubernetes' grace period). This worker has nothing to save on SIGTERM (its
+    checkpoints are already written), so the default action, ending the process, is right.
+    """
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def _run_worker(steps: int, per_replica_batch: int, seed: int, mode: str, checkpoint_dir: str | None,
                 save_every: int, fail_at: int | None) -> dict:
     """Train a tiny regression model under MultiWorkerMirroredStrategy with a custom loop (and checkpoints)."""
@@ -427,6 +445,7 @@ def _run_worker(steps: int, per_replica_batch: int, seed: int, mode: str, checkp
     tf, keras = _tf.tf(), _tf.keras()
 
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    _restore_sigterm()
     resolver = strategy.cluster_resolver
     task_id = int(resolver.task_id)
     is_chief = bool(strategy.extended.should_checkpoint)  # the chief: worker 0 when there is no "chief" job
@@ -486,6 +505,11 @@ def _run_worker(steps: int, per_replica_batch: int, seed: int, mode: str, checkp
                 os.kill(os.getpid(), signal.SIGKILL)  # an abrupt failure: no cleanup, no exception handler
         if manager is not None and not is_chief:
             shutil.rmtree(_write_dir(checkpoint_dir, task_id, is_chief), ignore_errors=True)
+    # Keep the strategy's objects until the process ends (the callers leave with os._exit): deleting the
+    # distributed iterator can wait for the peers (measured up to 1.3 s), and a peer that has already left is
+    # declared gone only by the coordination service's next heartbeat, seconds later, with an alarming
+    # "UNAVAILABLE ... tasks are unhealthy" / "Failed to send RPC to coordination service" after a good run.
+    _KEEP_UNTIL_EXIT.append((strategy, model, optimizer, manager, locals().get("dist"), locals().get("train_step")))
     opts = getattr(strategy.extended, "_communication_options", None)
     return {"index": task_id, "num_replicas": int(strategy.num_replicas_in_sync), "losses": losses,
             "weights": [float(v) for w in model.get_weights() for v in w.ravel()],

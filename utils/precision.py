@@ -486,7 +486,8 @@ def pick_speedup_bound(device=None, policy: str = "mixed_float16", *, tf32: bool
         return bound(label, None, "compute capability {}.{} has no {} Tensor Cores: {} runs on ordinary "
                                   "units there".format(*_hardware.parse_compute_capability(cc), dtype, dtype))
     if row is None:
-        return bound(label, None, f"no data-sheet row for {label!r} in GPU_PEAKS ({', '.join(_hardware.GPU_PEAKS)})")
+        why = _hardware.pick_variant(name, _hardware.GPU_PEAKS)[1] if name else "no GPU name to look up"
+        return bound(label, None, f"no data-sheet row in GPU_PEAKS: {why}")
     if tf32 is None:
         tf32 = _hardware.tf32_enabled()
     if not isinstance(tf32, bool):

@@ -13,6 +13,9 @@ precision on it, without needing the GPU.
   dense peak TFLOPS of common GPUs from NVIDIA's data sheets, so a speed-up
   can be put beside its theoretical limit: mixed precision on an A100 or H100
   is compared with a float32 baseline that already runs on TF32 Tensor Cores.
+  :func:`find_gpu` picks the row for the name a driver reports, by variant
+  (memory size; SXM, PCIe or NVL) with :func:`pick_variant`, which topic 09's
+  bandwidth table uses too.
 * :func:`tf32_enabled` reads TensorFlow's TF32 switch;
   :func:`gpu_compute_capability` reads a real GPU's compute capability;
   :func:`recommend_policy` turns it into a dtype policy and a reason.
@@ -31,6 +34,7 @@ from . import _tf, _validate
 __all__ = [
     "GPU_PEAKS",
     "TABLE_GPUS",
+    "IMPLIED_FORM",
     "NO_TENSOR_CORE_NAMES",
     "TENSOR_CORE_DTYPES",
     "TENSOR_CORE_MIN_CC",
@@ -42,6 +46,7 @@ __all__ = [
     "find_gpu",
     "peak_speedup",
     "peak_table",
+    "pick_variant",
     "recommend_policy",
     "tensor_core_support",
     "tf32_enabled",
@@ -138,19 +143,33 @@ class GpuPeaks:
 
 
 #: Dense (no 2:4 sparsity) peak TFLOPS. Data sheets that list "with sparsity" figures are halved.
+#: One row per variant whose peaks differ; the key names the variant (see :func:`pick_variant`):
+#: "A100" is every A100 (the 40GB and 80GB, PCIe and SXM have the same peaks; their memory
+#: bandwidths differ, see ``gpucourse.roofline.GPU_BANDWIDTH``), "V100", "H100" and "H200" are the
+#: SXM modules (:data:`IMPLIED_FORM`). The H100 NVL and H200 NVL cards have lower peaks than the SXM
+#: modules, and their data-sheet figures could not be confirmed for the course: they have no row,
+#: so :func:`find_gpu` finds none for them rather than the SXM module's.
 GPU_PEAKS = {g.name: g for g in (
+    # NVIDIA T4 data sheet
     GpuPeaks("T4", (7, 5), 8.1, None, 65.0, None, None,
              "NVIDIA T4 data sheet: 8.1 TFLOPS FP32, 65 TFLOPS mixed FP16/FP32"),
+    # NVIDIA V100 data sheet, the SXM2 column (the PCIe card's clocks, so its peaks, are lower)
     GpuPeaks("V100", (7, 0), 15.7, None, 125.0, None, None,
              "NVIDIA V100 data sheet (SXM2): 15.7 TFLOPS FP32, 125 TFLOPS Tensor"),
+    # NVIDIA A100 data sheet: the same peaks in its 40GB/80GB PCIe and SXM columns
     GpuPeaks("A100", (8, 0), 19.5, 156.0, 312.0, 312.0, None,
-             "NVIDIA A100 data sheet: 19.5 FP32, 156 TF32, 312 FP16/BF16 TFLOPS (dense)"),
+             "NVIDIA A100 data sheet: 19.5 FP32, 156 TF32, 312 FP16/BF16 TFLOPS (dense; 40GB and 80GB, "
+             "PCIe and SXM alike)"),
+    # NVIDIA L4 data sheet
     GpuPeaks("L4", (8, 9), 30.3, 60.0, 121.0, 121.0, 242.5,
              "NVIDIA L4 data sheet: 30.3 FP32; 120 TF32, 242 FP16/BF16, 485 FP8 with sparsity, halved"),
+    # NVIDIA H100 data sheet, the SXM column
     GpuPeaks("H100", (9, 0), 67.0, 494.5, 989.5, 989.5, 1979.0,
              "NVIDIA H100 data sheet (SXM): 67 FP32; 989 TF32, 1979 FP16/BF16, 3958 FP8 with sparsity, halved"),
+    # NVIDIA H100 data sheet, the PCIe column
     GpuPeaks("H100 PCIe", (9, 0), 51.0, 378.0, 756.5, 756.5, 1513.0,
              "NVIDIA H100 data sheet (PCIe): 51 FP32; 756 TF32, 1513 FP16/BF16, 3026 FP8 with sparsity, halved"),
+    # NVIDIA H200 data sheet, the SXM column (the H100 SXM's compute with more, faster memory)
     GpuPeaks("H200", (9, 0), 67.0, 494.5, 989.5, 989.5, 1979.0,
              "NVIDIA H200 data sheet (SXM): 67 FP32; 989 TF32, 1979 FP16/BF16, 3958 FP8 with sparsity, halved"),
 )}
@@ -158,20 +177,85 @@ GPU_PEAKS = {g.name: g for g in (
 #: The GPUs :func:`peak_table` shows by default: one per generation, as notebook 05 prints them.
 TABLE_GPUS = ("T4", "V100", "A100", "L4", "H100")
 
+#: The form factor a row means when its key names none: these rows are the SXM modules, so a driver
+#: name that says PCIe or NVL does not fall onto them. A row without one ("A100") fits every form.
+IMPLIED_FORM = {"V100": "SXM", "H100": "SXM", "H200": "SXM"}
+#: How a driver's name spells each form factor ("A100-SXM4-40GB", "A100-PCIE-40GB", "H100 NVL", "H100NVL").
+_FORMS = {"SXM": r"SXM\d*", "PCIe": r"PCI-?E", "NVL": r"NVL"}
+
+
+def _row_variant(key: str) -> tuple[str, int | None, str | None]:
+    """A row key's chip, memory size (GB) and form factor: ``"A100 80GB PCIe"`` -> ``("A100", 80, "PCIe")``."""
+    chip, *rest = key.split()
+    memory = next((int(t[:-2]) for t in rest if re.fullmatch(r"\d+GB", t)), None)
+    form = next((t for t in rest if t in _FORMS), IMPLIED_FORM.get(chip))
+    return chip, memory, form
+
+
+def _name_variant(name: str, chip: str) -> tuple[int | None, set] | None:
+    """The memory size and form factors ``name`` states, or None when ``chip`` is not a whole word of it."""
+    word = rf"(?<![A-Za-z0-9]){re.escape(chip)}(?:(?![A-Za-z0-9])|(?=(?:SXM|PCIE|NVL)))"
+    if not re.search(word, name, re.I):
+        return None
+    memory = re.search(r"(?<![A-Za-z0-9.])(\d+)\s*GB(?![A-Za-z0-9])", name, re.I)
+    forms = {f for f, pattern in _FORMS.items() if re.search(rf"(?<![A-Za-z]){pattern}(?![A-Za-z])", name, re.I)}
+    return (int(memory.group(1)) if memory else None), forms
+
+
+def pick_variant(name: str, keys) -> tuple[str | None, str]:
+    """The data-sheet row of ``keys`` that fits a GPU as its driver names it, and why: ``(key or None, reason)``.
+
+    A key is a chip and optionally its variant, memory size and form factor: ``"A100 40GB"``,
+    ``"A100 80GB PCIe"``, ``"H100 PCIe"``; ``"H100"`` is the SXM module (:data:`IMPLIED_FORM`).
+    A row fits when its chip is a whole word of ``name`` and nothing in ``name`` contradicts its
+    variant: ``"NVIDIA A100-SXM4-40GB"`` fits ``"A100 40GB"`` but not ``"A100 80GB SXM"``, and
+    ``"NVIDIA H100 NVL"`` fits neither ``"H100"`` (SXM) nor ``"H100 PCIe"``, so no row. Of the rows
+    that fit, the longest match wins: the one with the most of its variant stated in ``name``; a tie
+    (a name that states no variant, like ``"A100"``) goes to the row listed first.
+    """
+    _validate.text("name", name, "the GPU's name as nvidia-smi prints it, e.g. 'NVIDIA A100-SXM4-40GB'")
+    best, best_said, seen = None, None, {}
+    for key in keys:
+        chip, memory, form = _row_variant(key)
+        stated = _name_variant(name, chip)
+        if stated is None:
+            continue
+        seen.setdefault(chip, []).append(key)
+        memory_said, forms_said = stated
+        variant = ([f"{memory_said}GB"] if memory_said else []) + sorted(forms_said)
+        if (memory and memory_said and memory != memory_said) or (form and forms_said and form not in forms_said):
+            continue
+        said = ([f"{memory}GB"] if memory is not None and memory == memory_said else []) + \
+               ([form] if form is not None and form in forms_said else [])
+        if best_said is None or len(said) > len(best_said):
+            best, best_said = key, said
+    if best is not None:
+        chip, _, form = _row_variant(best)
+        why = (f"the name says {' and '.join(best_said)}" if best_said else
+               "the only row for it" if len(seen[chip]) == 1 else
+               f"no other {chip} row fits: {best!r} is the {form} module" if form not in best.split() and form else
+               f"the name states no variant: the first of the {chip} rows")
+        return best, f"{name!r} -> data-sheet row {best!r} ({why})"
+    if seen:
+        rows = ", ".join(repr(k) for ks in seen.values() for k in ks)
+        return None, (f"{name!r} names a variant ({' '.join(variant)}) that none of the data-sheet rows {rows} "
+                      "describes: the course lists no data sheet for it, and another variant's figures would be "
+                      "wrong")
+    return None, f"no data-sheet row for {name!r}; known: {', '.join(keys)}"
+
 
 def find_gpu(name: str) -> GpuPeaks | None:
     """The :data:`GPU_PEAKS` row of a GPU as its driver names it, or None when no data sheet is listed.
 
-    A row matches when its name is a whole word of ``name``: ``"Tesla T4"`` -> T4,
-    ``"NVIDIA A100-SXM4-80GB"`` -> A100, ``"NVIDIA H100 80GB HBM3"`` -> H100 (the SXM module),
-    ``"NVIDIA H100 PCIe"`` -> its slower PCIe card (the longest name wins); ``"NVIDIA L40S"`` is not
-    an L4, nor ``"NVIDIA RTX A1000"`` an A100.
+    A row matches when its chip is a whole word of ``name`` and its variant fits (:func:`pick_variant`):
+    ``"Tesla T4"`` -> T4, ``"NVIDIA A100-SXM4-40GB"`` and ``"NVIDIA A100 80GB PCIe"`` -> A100,
+    ``"NVIDIA H100 80GB HBM3"`` -> H100 (the SXM module), ``"NVIDIA H100 PCIe"`` -> its slower PCIe
+    card (the longest match wins); ``"NVIDIA H100 NVL"`` -> None (no NVL row: not the SXM module's);
+    ``"NVIDIA L40S"`` is not an L4, nor ``"NVIDIA RTX A1000"`` an A100.
     """
     _validate.text("name", name, "the GPU's name as nvidia-smi prints it, e.g. 'Tesla T4'")
-    for key in sorted(GPU_PEAKS, key=len, reverse=True):
-        if re.search(rf"(?<![A-Za-z0-9]){re.escape(key)}(?![A-Za-z0-9])", name, re.I):
-            return GPU_PEAKS[key]
-    return None
+    key, _ = pick_variant(name, GPU_PEAKS)
+    return GPU_PEAKS[key] if key else None
 
 
 def _gpu(name) -> GpuPeaks:

@@ -18,9 +18,11 @@ On a CPU the switch changes nothing and only float32 is measured by default.
 The other roof is memory: :func:`measure_bandwidth` times a large copy and a large reduction,
 STREAM-style. A :class:`Roof` holds both (measured by :func:`measure_roof`, or from the data sheet
 by :func:`datasheet_roof`); an op of arithmetic intensity ``I`` FLOP/byte can reach at most
-``min(peak, I * bandwidth)`` (:meth:`Roof.attainable`). :func:`cpu_facts` reads the CPU's cores,
-clock and vector width; no data sheet applies to a CPU (its peak depends on the core's FMA units,
-which ``/proc/cpuinfo`` does not tell), so a CPU's roof is the measured one only.
+``min(peak, I * bandwidth)`` (:meth:`Roof.attainable`). :data:`GPU_BANDWIDTH` has one row per
+variant (an A100 40GB has 1,555 GB/s, the 80GB SXM 2,039), picked by the driver's name.
+:func:`cpu_facts` reads the CPU's physical cores, clock and vector width; a CPU's vendor publishes
+FLOP per cycle per core, but ``/proc/cpuinfo`` names neither the core's FMA units nor its all-core
+vector clock, so a CPU's roof is the measured one only.
 ``python -m gpucourse.benchmark`` prints :func:`benchmark`'s rows.
 """
 
@@ -33,12 +35,14 @@ from typing import Sequence
 from . import _validate
 from ._tf import tf as _tf
 # the data-sheet lookup lives with the data sheets (topic 05); here under the roofline's name for it
+from .precision_hardware import GPU_PEAKS, pick_variant
 from .precision_hardware import find_gpu as datasheet_gpu
 
-__all__ = ["MatmulResult", "MATMUL_DTYPES", "matmul_flops", "default_shapes", "device_dtypes",
-           "measure_matmul", "measure_matmul_peaks", "datasheet_gpu", "format_matmul_table",
-           "GPU_BANDWIDTH", "BandwidthResult", "Roof", "measure_bandwidth", "measure_roof",
-           "datasheet_roof", "measured_roof", "cpu_facts", "format_roof", "benchmark"]
+__all__ = ["MatmulResult", "MATMUL_DTYPES", "WARMUP_S", "matmul_flops", "default_shapes", "device_dtypes",
+           "warm_up", "measure_matmul", "measure_matmul_peaks", "datasheet_gpu", "format_matmul_table",
+           "GPU_BANDWIDTH", "BandwidthResult", "Roof", "CACHE_MULTIPLE", "MIN_CPU_MIB", "read_cache_size",
+           "bandwidth_mib", "measure_bandwidth", "measure_roof", "datasheet_roof", "measured_roof", "cpu_facts",
+           "format_roof", "benchmark"]
 
 #: The dtypes a matmul can be measured in; ``"tfloat32"`` is float32 with the TF32 switch on.
 MATMUL_DTYPES = ("float32", "tfloat32", "float16", "bfloat16")
@@ -105,14 +109,44 @@ def _device_type(device: str) -> str:
     return kind
 
 
+#: Seconds of back-to-back matmuls before a sweep, by device type: a GPU raises its clocks and power
+#: over a second or so, and a fixed count of calls would be a different time on every GPU.
+WARMUP_S = {"GPU": 1.0, "CPU": 0.25}
+
+
+def warm_up(fn, seconds: float, clock=None) -> int:
+    """Call ``fn`` (waiting for each result) until ``seconds`` have passed, at least once; return the calls made.
+
+    A fixed time, not a fixed count: the same warm-up is ten calls on one device and a thousand on
+    another. ``clock`` (default ``time.perf_counter``) is for the unit tests.
+    """
+    import time
+
+    from . import timing
+
+    _validate.callable_("fn", fn)
+    seconds = _validate.real("seconds", seconds, 0.0, what="seconds of warm-up")
+    clock = clock or time.perf_counter
+    start, calls = clock(), 0
+    while True:
+        timing.sync(fn())
+        calls += 1
+        if clock() - start >= seconds:
+            return calls
+
+
 def measure_matmul(dtype: str, shapes: Sequence | None = None, device: str | None = None,
-                   repeats: int = 5, iters: int | None = None) -> MatmulResult:
+                   repeats: int = 5, iters: int | None = None, warmup_s: float | None = None) -> MatmulResult:
     """The best TFLOP/s of ``dtype`` matmuls over ``shapes`` on ``device`` (default: GPU:0 if any, else CPU:0).
 
-    Each shape is timed with :func:`gpucourse.timing.time_fn` (a warm-up, then the median of
-    ``repeats``), each timed call launching ``iters`` matmuls back to back and waiting once
-    at the end (without copying), so that per-launch overhead is spread thin as in a real
-    model. The TF32 switch is set for the measurement and restored afterwards.
+    First ``warmup_s`` seconds of the largest shape's matmuls (default :data:`WARMUP_S`: 1 s on a
+    GPU, so its clocks settle; :func:`warm_up`). Then each shape is timed with
+    :func:`gpucourse.timing.time_fn` (one more warm-up call, then ``repeats`` timed calls), each
+    timed call launching ``iters`` matmuls back to back and waiting once at the end (without
+    copying), so that per-launch overhead is spread thin as in a real model. A shape's rate is its
+    **best** call: a peak is what the device can reach, and other processes and clock dips only ever
+    slow a call down, so the best of several holds from run to run better than the median. The TF32
+    switch is set for the measurement and restored afterwards.
     """
     from . import timing
 
@@ -127,18 +161,26 @@ def measure_matmul(dtype: str, shapes: Sequence | None = None, device: str | Non
         if len(s) != 3:
             raise ValueError(f"shapes must hold (m, n, k) triples, got {s!r}")
     iters = _validate.whole("iters", iters, 1) if iters is not None else (10 if kind == "GPU" else 2)
+    warmup_s = WARMUP_S[kind] if warmup_s is None else _validate.real("warmup_s", warmup_s, 0.0, what="seconds")
     tf_dtype = "float32" if dtype == "tfloat32" else dtype
     was_on = tf.config.experimental.tensor_float_32_execution_enabled()
     tf.config.experimental.enable_tensor_float_32_execution(dtype == "tfloat32")
     rates = {}
+
+    def operands(m, n, k):
+        return (tf.cast(tf.random.uniform((m, k), -1, 1, seed=1), tf_dtype),
+                tf.cast(tf.random.uniform((k, n), -1, 1, seed=2), tf_dtype))
+
     try:
         with tf.device(device):
+            if warmup_s > 0:
+                a, b = operands(*max(shapes, key=lambda s: s[0] * s[1] * s[2]))
+                warm_up(lambda: [tf.linalg.matmul(a, b) for _ in range(iters)], warmup_s)
             for m, n, k in shapes:
-                a = tf.cast(tf.random.uniform((m, k), -1, 1, seed=1), tf_dtype)
-                b = tf.cast(tf.random.uniform((k, n), -1, 1, seed=2), tf_dtype)
+                a, b = operands(m, n, k)
                 t = timing.time_fn(lambda: [tf.linalg.matmul(a, b) for _ in range(iters)],
                                    warmup=1, repeats=repeats, name=f"{m}x{n}x{k}")
-                rates[(m, n, k)] = matmul_flops(m, n, k) * iters / t.median_s / 1e12
+                rates[(m, n, k)] = matmul_flops(m, n, k) * iters / t.min_s / 1e12
     finally:
         tf.config.experimental.enable_tensor_float_32_execution(was_on)
     best = max(rates, key=rates.get)
@@ -146,7 +188,8 @@ def measure_matmul(dtype: str, shapes: Sequence | None = None, device: str | Non
 
 
 def measure_matmul_peaks(dtypes: Sequence[str] | None = None, device: str | None = None,
-                         shapes: Sequence | None = None, repeats: int = 5) -> list[MatmulResult]:
+                         shapes: Sequence | None = None, repeats: int = 5,
+                         warmup_s: float | None = None) -> list[MatmulResult]:
     """:func:`measure_matmul` for each of ``dtypes`` (default: :func:`device_dtypes` of the device).
 
     A GPU without a compute capability is not an NVIDIA GPU (tensorflow-metal's): by default it measures float32
@@ -172,7 +215,7 @@ def measure_matmul_peaks(dtypes: Sequence[str] | None = None, device: str | None
                           "Measuring float32 only.", stacklevel=2)
         dtypes = device_dtypes(kind, cc) if kind == "CPU" or cc is not None else ["float32"]
     dtypes = [_validate.one_of("dtypes", d, MATMUL_DTYPES) for d in _validate.sequence("dtypes", dtypes, "dtype names")]
-    return [measure_matmul(d, shapes, device, repeats) for d in dtypes]
+    return [measure_matmul(d, shapes, device, repeats, warmup_s=warmup_s) for d in dtypes]
 
 
 def format_matmul_table(results: Sequence[MatmulResult], peaks=None) -> str:
@@ -195,14 +238,30 @@ def format_matmul_table(results: Sequence[MatmulResult], peaks=None) -> str:
 
 # --------------------------------------------------------------------------- the memory roof and the data sheets
 
-#: Data-sheet memory bandwidth in GB/s (1e9 bytes/s), with its source.
+#: Data-sheet memory bandwidth in GB/s (1e9 bytes/s), with its source, one row per variant (memory size,
+#: form factor): a driver's name picks its row with :func:`gpucourse.precision_hardware.pick_variant`,
+#: and :func:`datasheet_roof` names the row it used. A name that states no variant gets the row listed
+#: first for its chip ("A100" -> the 80GB SXM). No row for the H100 NVL or H200 NVL: their figures
+#: (about 835 dense BF16 TFLOPS and 3.9 TB/s for the H100 NVL in third-party tables) could not be
+#: checked against NVIDIA's data sheets for the course, and the SXM module's would be wrong.
 GPU_BANDWIDTH = {
+    # NVIDIA T4 data sheet
     "T4": (320.0, "NVIDIA T4 data sheet: 16 GB GDDR6, 320+ GB/s"),
+    # NVIDIA V100 data sheet, SXM2 column
     "V100": (900.0, "NVIDIA V100 data sheet (SXM2): 900 GB/s HBM2"),
-    "A100": (2039.0, "NVIDIA A100 data sheet: 2,039 GB/s (80GB SXM; the 40GB PCIe has 1,555 GB/s)"),
+    # NVIDIA A100 data sheet (nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf), memory table: 40GB PCIe 1,555;
+    # 80GB PCIe 1,935; 40GB SXM 1,555; 80GB SXM 2,039 GB/s. The SXM figures are also in glennklockwood.com's A100
+    # notes, which cite that data sheet; the 80GB PCIe figure is the data sheet's as the course's source review
+    # (2026-11) quotes it.
+    "A100 80GB SXM": (2039.0, "NVIDIA A100 data sheet: 2,039 GB/s (80GB SXM)"),
+    "A100 80GB PCIe": (1935.0, "NVIDIA A100 data sheet: 1,935 GB/s (80GB PCIe)"),
+    "A100 40GB": (1555.0, "NVIDIA A100 data sheet: 1,555 GB/s (40GB, PCIe and SXM)"),
+    # NVIDIA L4 data sheet
     "L4": (300.0, "NVIDIA L4 data sheet: 24 GB GDDR6, 300 GB/s"),
-    "H100": (3350.0, "NVIDIA H100 data sheet: 3.35 TB/s (SXM; the PCIe card has 2 TB/s)"),
+    # NVIDIA H100 data sheet, SXM and PCIe columns
+    "H100": (3350.0, "NVIDIA H100 data sheet: 3.35 TB/s (SXM)"),
     "H100 PCIe": (2000.0, "NVIDIA H100 data sheet: 2 TB/s (PCIe)"),
+    # NVIDIA H200 data sheet, SXM column
     "H200": (4800.0, "NVIDIA H200 data sheet: 141 GB HBM3e, 4.8 TB/s (SXM)"),
 }
 
@@ -246,15 +305,22 @@ class Roof:
 
 
 def datasheet_roof(name: str) -> Roof:
-    """The data-sheet roof of a GPU (``"T4"``, ``"L4"``, ``"A100"``, ``"H100"``, ``"H200"``, or a driver's name)."""
-    _validate.text("name", name, "a GPU such as 'A100' or 'NVIDIA H100 80GB HBM3'")
+    """The data-sheet roof of a GPU (``"T4"``, ``"A100 40GB"``, ``"H100"``, ... or a driver's name).
+
+    The roof is named after the variant row its bandwidth comes from (:data:`GPU_BANDWIDTH`):
+    ``datasheet_roof("NVIDIA A100-SXM4-40GB").name`` is ``"A100 40GB"`` (1,555 GB/s), and a bare
+    ``"A100"`` is the 80GB SXM module. A variant the course has no data sheet for (``"NVIDIA H100
+    NVL"``) is a ValueError that says so, never another variant's roof.
+    """
+    _validate.text("name", name, "a GPU such as 'A100 40GB' or 'NVIDIA H100 80GB HBM3'")
     peaks = datasheet_gpu(name)
-    if peaks is None or peaks.name not in GPU_BANDWIDTH:
-        raise ValueError(f"no data sheet for GPU {name!r}; known: {', '.join(GPU_BANDWIDTH)}")
-    gbs, bw_source = GPU_BANDWIDTH[peaks.name]
+    key, why = pick_variant(name, GPU_BANDWIDTH)
+    if peaks is None or key is None:
+        why = why if key is None else pick_variant(name, GPU_PEAKS)[1]
+        raise ValueError(f"no data sheet for GPU {name!r}: {why}")
+    gbs, bw_source = GPU_BANDWIDTH[key]
     dtypes = ("float32", "tfloat32", "float16", "bfloat16", "float8")
-    return Roof(peaks.name, {d: peaks.peak(d) for d in dtypes if peaks.peak(d)}, gbs,
-                f"{peaks.source}; {bw_source}")
+    return Roof(key, {d: peaks.peak(d) for d in dtypes if peaks.peak(d)}, gbs, f"{peaks.source}; {bw_source}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -271,12 +337,60 @@ class BandwidthResult:
         return max(self.copy_gbs, self.read_gbs)
 
 
+def read_cache_size(sysfs: str = "/sys/devices/system/cpu/cpu0/cache") -> int | None:
+    """The largest CPU cache the OS reports for ``cpu0``, in bytes (usually the L3), or None where none is reported.
+
+    Linux lists each cache level in ``<sysfs>/index*/size`` (``"48K"``, ``"2048K"``, ``"32M"``);
+    ``sysfs`` is for the unit tests (a fake folder). Off Linux the folder does not exist: None.
+    """
+    import glob
+    import os
+
+    _validate.text("sysfs", sysfs, "a folder like /sys/devices/system/cpu/cpu0/cache")
+    sizes = []
+    for path in glob.glob(os.path.join(sysfs, "index*", "size")):
+        try:
+            with open(path, encoding="ascii", errors="replace") as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        m = re.fullmatch(r"(\d+)\s*([KMG]?)i?B?", text, re.I)
+        if m:
+            sizes.append(int(m.group(1)) << {"": 0, "K": 10, "M": 20, "G": 30}[m.group(2).upper()])
+    return max(sizes) if sizes else None
+
+
+#: A CPU's bandwidth array is at least this many times its largest cache (STREAM's rule), and at least
+#: :data:`MIN_CPU_MIB`, so that every pass over it comes from memory, not from the cache.
+CACHE_MULTIPLE = 4
+MIN_CPU_MIB = 64
+
+
+def bandwidth_mib(device_type: str, cache_bytes: int | None = None) -> int:
+    """MiB of float32 that :func:`measure_bandwidth` streams: 1024 on a GPU; on a CPU 4x its largest cache.
+
+    On a CPU the array must not fit in the caches, or the "memory" roof is a cache roof: some server
+    CPUs report 256 MB and more of L3. So it is :data:`CACHE_MULTIPLE` times ``cache_bytes`` (the
+    largest cache, :func:`read_cache_size`), rounded up to a whole MiB, and at least
+    :data:`MIN_CPU_MIB`; 64 MiB where the OS reports no cache size.
+    """
+    _validate.one_of("device_type", device_type, ("CPU", "GPU"))
+    if device_type == "GPU":
+        return 1024
+    if cache_bytes is None:
+        return MIN_CPU_MIB
+    cache_bytes = _validate.whole("cache_bytes", cache_bytes, 1, what="bytes of the largest cache")
+    return max(MIN_CPU_MIB, -(-CACHE_MULTIPLE * cache_bytes // (1 << 20)))
+
+
 def measure_bandwidth(device: str | None = None, mib: int | None = None, repeats: int = 5,
                       iters: int | None = None) -> BandwidthResult:
     """GB/s of ``y = x * 2`` (reads and writes ``x``'s bytes) and ``reduce_sum(x)`` (reads them) on ``device``.
 
-    ``x`` is ``mib`` MiB of float32 (default 1024 on a GPU, 64 on a CPU: larger than the
-    caches, so the bytes come from memory). Timed like :func:`measure_matmul`.
+    ``x`` is ``mib`` MiB of float32 (default :func:`bandwidth_mib`: 1024 on a GPU; on a CPU four
+    times the largest cache the OS reports, so the bytes come from memory). Each figure is the best
+    of ``repeats`` timed calls of ``iters`` ops each (default 10 on a GPU, 1 on a CPU, where one
+    pass over the array already takes milliseconds).
     """
     from . import timing
 
@@ -284,19 +398,20 @@ def measure_bandwidth(device: str | None = None, mib: int | None = None, repeats
     if device is None:
         device = "GPU:0" if tf.config.list_logical_devices("GPU") else "CPU:0"
     kind = _device_type(device)
-    mib = _validate.whole("mib", mib if mib is not None else (1024 if kind == "GPU" else 64), 1, what="MiB")
+    mib = _validate.whole("mib", mib if mib is not None else
+                          bandwidth_mib(kind, read_cache_size() if kind == "CPU" else None), 1, what="MiB")
     repeats = _validate.whole("repeats", repeats, 1, what="timed calls")
-    iters = _validate.whole("iters", iters, 1) if iters is not None else (10 if kind == "GPU" else 2)
+    iters = _validate.whole("iters", iters, 1) if iters is not None else (10 if kind == "GPU" else 1)
     n = mib * (1 << 20) // 4
     with tf.device(device):
-        x = tf.random.uniform((n,), seed=3)
+        x = tf.fill((n,), 1.5)  # the values do not matter to the bytes; filling is faster than random numbers
         scale = tf.function(lambda v: v * 2.0)
         total = tf.function(lambda v: tf.reduce_sum(v))
         t_copy = timing.time_fn(lambda: [scale(x) for _ in range(iters)], warmup=1, repeats=repeats, name="scale")
         t_read = timing.time_fn(lambda: [total(x) for _ in range(iters)], warmup=1, repeats=repeats, name="sum")
     nbytes = 4 * n
-    return BandwidthResult(device, nbytes, 2 * nbytes * iters / t_copy.median_s / 1e9,
-                           nbytes * iters / t_read.median_s / 1e9)
+    return BandwidthResult(device, nbytes, 2 * nbytes * iters / t_copy.min_s / 1e9,
+                           nbytes * iters / t_read.min_s / 1e9)
 
 
 def measured_roof(matmuls: Sequence[MatmulResult], bandwidth: BandwidthResult, name: str | None = None) -> Roof:
@@ -319,10 +434,14 @@ def measure_roof(quick: bool = False, device: str | None = None) -> tuple[Roof, 
 
 
 def cpu_facts(cpuinfo: str | None = None) -> dict:
-    """The CPU's model, logical cores, clock (MHz) and vector width (bits), read from ``/proc/cpuinfo``.
+    """The CPU's model, cores (physical and logical), clock (MHz) and vector width (bits), from ``/proc/cpuinfo``.
 
     Pass the file's text as ``cpuinfo`` to read another machine's (the unit tests do); off Linux the
-    fields are None. ``"datasheet"`` says why no data-sheet peak applies.
+    fields are None. Physical cores are the distinct ``(physical id, core id)`` pairs: SMT siblings
+    (hyper-threads) share one core's FMA units, so a peak counts physical cores. ``mhz`` is one
+    core's clock when the file was read: an upper bound, since all-core clocks under wide vector
+    (AVX-512) code are lower. ``"datasheet"`` says what the vendor publishes and why the measured
+    matmul peak is the roof to use.
     """
     import os
 
@@ -334,21 +453,33 @@ def cpu_facts(cpuinfo: str | None = None) -> dict:
             cpuinfo = ""
     _validate.text("cpuinfo", cpuinfo or " ", "the text of /proc/cpuinfo")
     fields: dict = {}
+    blocks: list[dict] = []
     for line in cpuinfo.splitlines():
         key, sep, value = line.partition(":")
-        if sep:
-            fields.setdefault(key.strip().lower(), value.strip())
+        key = key.strip().lower()
+        if not sep:
+            continue
+        fields.setdefault(key, value.strip())
+        if key == "processor":
+            blocks.append({})
+        if blocks:
+            blocks[-1][key] = value.strip()
     flags = set((fields.get("flags") or fields.get("features") or "").split())
     vector = (512 if "avx512f" in flags else 256 if "avx2" in flags or "avx" in flags
               else 128 if flags & {"sse2", "asimd", "neon"} else None)
     mhz = fields.get("cpu mhz")
-    cores = sum(1 for line in cpuinfo.splitlines() if line.split(":")[0].strip() == "processor")
+    cores = len(blocks)
+    pairs = {(b.get("physical id"), b.get("core id")) for b in blocks if "core id" in b}
+    physical = len(pairs) or None
     return {"model": fields.get("model name") or fields.get("cpu model") or None,
             "logical_cores": cores or (os.cpu_count() if cpuinfo == "" else None),
+            "physical_cores": physical,
             "mhz": float(mhz) if mhz else None, "vector_bits": vector, "fma": "fma" in flags or "asimd" in flags,
-            "datasheet": "no data sheet applies: a CPU's peak is cores x clock x vector lanes x 2 (FMA) x FMA "
-                         "units per core, and cpuinfo does not say how many FMA units a core has; the "
-                         "measured matmul peak is this CPU's roof"}
+            "datasheet": "a CPU's peak is physical cores x clock x FLOP per cycle per core; the vendor publishes "
+                         "the FLOP per cycle of each core design (vector lanes x 2 for a fused multiply-add x "
+                         "FMA units per core: 64 in float32 for two 512-bit units), but cpuinfo names neither "
+                         "the FMA units nor the all-core clock under vector code, which is below the MHz it "
+                         "shows; the measured matmul peak is this CPU's roof"}
 
 
 def _num(v: float) -> str:
@@ -380,12 +511,13 @@ def benchmark(quick: bool = False) -> list[dict]:
     if gpus:
         name = tf.config.experimental.get_device_details(gpus[0]).get("device_name", "")
         peaks = datasheet_gpu(name) if name else None
-        bw_sheet = GPU_BANDWIDTH.get(peaks.name, (None,))[0] if peaks else None
-        what = name or "GPU"
+        bw_key = pick_variant(name, GPU_BANDWIDTH)[0] if name else None
+        bw_sheet = GPU_BANDWIDTH[bw_key][0] if bw_key and peaks else None
+        what = f"{name or 'GPU'}, data-sheet row {bw_key}" if bw_key and peaks else name or "GPU"
     else:
         facts = cpu_facts()
-        what = (f"CPU {facts['model'] or '?'}, {facts['logical_cores']} logical cores, "
-                f"{facts['vector_bits'] or '?'}-bit vectors: no data sheet")
+        what = (f"CPU {facts['model'] or '?'}, {facts['physical_cores'] or '?'} physical cores "
+                f"({facts['logical_cores']} logical), {facts['vector_bits'] or '?'}-bit vectors: measured roof only")
     roof, matmuls, bw = measure_roof(quick=quick)
     rows = []
     for r in matmuls:

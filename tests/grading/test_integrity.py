@@ -188,6 +188,44 @@ def test_no_lab_solution_uses_its_answer_helpers(lab):
     assert flags == []
 
 
+def _item_texts(lab: str) -> dict[str, str]:
+    """The markdown of each item of the lab's solution: from its "## qN" heading to the next heading."""
+    nb = nbformat.read(next((ROOT / "solutions").glob(f"{lab}_*.ipynb")), as_version=4)
+    texts, key = {}, None
+    for cell in nb.cells:
+        if cell.cell_type != "markdown":
+            continue
+        head = cell.source.split("\n", 1)[0]
+        if head.startswith("## "):
+            key = head[3:].split(":")[0].split()[0] if head[3:].startswith("q") else None
+        if key:
+            texts[key] = texts.get(key, "") + "\n" + cell.source
+    return texts
+
+
+@pytest.mark.parametrize("lab", lab_ids())
+def test_every_item_with_answer_helpers_says_so_in_the_lab(lab):
+    """A learner is told, in the item's own text, which course helper answers it (issue 32: lab 08 q1 could be
+    answered with profiling.step_breakdown and never said so): each public helper is named as module.function,
+    an item with private helpers only names their module, and the text says what the grader does."""
+    texts = _item_texts(lab)
+    by_item: dict[str, list[str]] = {}
+    for name, keys in helper_items(lab, [load_test_file(lab_test_path(lab))]).items():
+        for key in keys:
+            by_item.setdefault(key, []).append(name)
+    for key, names in sorted(by_item.items()):
+        text = texts.get(key, "")
+        assert text, f"lab {lab}: no '## {key}' section in the solution"
+        public = {n.rsplit(".", 1)[1]: n for n in names if not n.rsplit(".", 1)[1].startswith("_")}
+        for attr in public:
+            shown = {f"{n.rsplit('.', 2)[-2]}.{attr}" for n in names if n.endswith("." + attr)}
+            assert any(s in text for s in shown), f"lab {lab} {key}: the text should name {' or '.join(shown)}"
+        if not public:
+            modules = {n.rsplit(".", 2)[-2] for n in names}
+            assert any(f"gpucourse.{m}" in text for m in modules), f"lab {lab} {key}: name gpucourse.{modules}"
+        assert "withholds" in text or "flags" in text, f"lab {lab} {key}: say what the grader does"
+
+
 def test_guard_config_preloads_every_helpers_module():
     config = guard_config(None, ["gpucourse.multiworker.visible_gpu_ids", "gpucourse.xla._HloCounts",
                                  "gpucourse.bottleneck._union_us"], [], [], [])

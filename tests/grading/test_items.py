@@ -89,10 +89,56 @@ def test_endless_loop_is_stopped():
     t0 = time.monotonic()
     res = run_item(SPEC, lambda ns: ns.function("f")(), {"f": forever}, timeout_s=0.5)
     assert res.status == "error" and "Stopped after 0.5 s" in res.message
+    assert "endless loop" in res.message and "the machine may just be busy" in res.message
     assert time.monotonic() - t0 < 5
     res = run_item(SPEC, lambda ns: None, {}, timeout_s=0.5)  # the alarm is cancelled afterwards
     time.sleep(0.7)
     assert res.status == "pass"
+
+
+def test_an_item_that_knows_the_progress_says_it_when_time_is_up():
+    """observe may raise ItemTimeout(text) again: the text replaces the generic "endless loop?" advice."""
+    import time
+
+    from gpucourse.grading.items import ItemTimeout
+
+    class slow:
+        def cases(rng):
+            return [{}]
+
+        def observe(ns, case):
+            done = []
+            try:
+                while True:
+                    ns.function("step")()
+                    done.append(1)
+                    time.sleep(0.01)
+            except ItemTimeout:
+                raise ItemTimeout(f"Your code was still making progress ({len(done) > 0}).") from None
+
+        def judge(case, seen):
+            pass
+
+    res = run_item(SPEC, slow, {"step": lambda: None}, timeout_s=0.3)
+    assert res.status == "error" and res.message == ("Stopped after 0.3 s: the check's time is up. Your code was "
+                                                     "still making progress (True).")
+
+
+def test_an_object_the_check_cannot_send_reads_as_python_shows_it():
+    """expect_raised names what came back as "a Sequential (<Sequential ...>)", not the transport's dict."""
+    from gpucourse.grading.items import expect_raised, outcome
+
+    class Sequential:
+        def __repr__(self):
+            return "<Sequential name=sequential, built=True>"
+
+    with pytest.raises(Fail) as err:
+        expect_raised(outcome(Sequential), "f(-1)", "negative")
+    assert str(err.value) == ("f(-1) should raise ValueError (negative), but returned a Sequential "
+                              "(<Sequential name=sequential, built=True>)")
+    with pytest.raises(Fail) as err:
+        expect_raised(outcome(lambda: [1, 2]), "f(-1)")
+    assert str(err.value).endswith("but returned [1, 2]")
 
 
 def test_expect_raises():

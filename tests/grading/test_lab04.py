@@ -28,7 +28,8 @@ def first_run(reports, ended, log=""):
 def test_the_worker_runs_the_first_launch_and_is_killed_at_the_crash_step():
     steps = [["step", k] for k in range(1, CRASH + 1)]
     seen, calls = first_run(steps, "killed")
-    assert seen == {"first": "killed", "first_steps": list(range(1, CRASH + 1)), "first_error": ""}
+    assert seen == {"first": "killed", "first_steps": list(range(1, CRASH + 1)), "first_error": "",
+                    "first_folders": []}
     entry, args, stop_at, _ = calls[0]
     assert entry is lab04._first_launch  # a module-level function: the worker finds it in the test file's text
     assert args == {"case": CASE, "folder": "/tmp/ckpt"} and stop_at == ["step", CRASH]
@@ -84,3 +85,41 @@ def test_q3_names_the_replica_mean_even_when_its_loss_matches_by_chance():
     with pytest.raises(Fail) as err:
         lab04.q3.judge(case, seen)
     assert "divided by the GLOBAL batch size" in str(err.value)
+
+
+def test_q5_the_checkpoint_of_a_due_step_must_be_on_disk_when_on_step_is_called():
+    """on_step(k) before the save of step k: the folder has not changed since on_step(k - 1)."""
+    every = CASE["save_every"]
+    folders = [f"state after step {k}" for k in range(1, CRASH + 1)]  # a save at every step: in order
+    late = list(folders)
+    late[every - 1] = late[every - 2]  # on_step(every) saw the folder of on_step(every - 1): saved afterwards
+    msg = judged(first_folders=late)
+    assert f"when on_step({every}) was called, the checkpoint of step {every} was not on disk yet" in msg
+    assert "was not on disk" not in judged(first_folders=folders)  # in order: judged on, by the weights
+    assert "was not on disk" not in judged()  # a first run that reported no folders (older worker): not judged
+
+
+def test_q5_folder_state_changes_with_every_save(tmp_path):
+    first = lab04._folder_state(tmp_path)
+    (tmp_path / "ckpt-2.index").write_bytes(b"a")
+    second = lab04._folder_state(tmp_path)
+    (tmp_path / "ckpt-2.index").write_bytes(b"b")  # the same name rewritten (Checkpoint.write to a fixed path)
+    third = lab04._folder_state(tmp_path)
+    assert len({first, second, third}) == 3
+    assert lab04._folder_state(tmp_path) == third
+
+
+def test_q5_time_up_says_how_far_the_runs_got():
+    """A slow machine is not an endless loop: the message says which, from the runs' own progress."""
+    import time
+
+    now = time.monotonic()
+    busy = lab04._progress_text(CASE, {"first": list(range(1, CRASH + 1)), "second": [5, 6], "at": now - 2})
+    assert f"The restart had reached step 6 of {CASE['steps']}" in busy and "the machine is probably busy" in busy
+    stuck = lab04._progress_text(CASE, {"first": [1, 2], "at": now - 100})
+    assert f"The first run had reached step 2 (the check stops it after step {CRASH})" in stuck
+    assert "Nothing happened for the last 100 s" in stuck and ".repeat()" in stuck
+    endless = lab04._progress_text(CASE, {"first": list(range(1, CRASH + 1)),
+                                          "second": list(range(5, CASE["steps"] + 3)), "at": now})
+    assert f"went on past step {CASE['steps']}" in endless
+    assert "on_step was never called" in lab04._progress_text(CASE, {"first": []})

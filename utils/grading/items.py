@@ -172,7 +172,11 @@ def expect_raises(call: Callable[[], object], what: str, why: str = "", exc_type
 
 
 class ItemTimeout(BaseException):
-    """Raised inside a running item when its time is up (BaseException: ``except Exception`` won't catch it)."""
+    """Raised inside a running item when its time is up (BaseException: ``except Exception`` won't catch it).
+
+    An ``observe`` that knows how far the learner's code got may catch it and raise ``ItemTimeout(text)``
+    again: ``text`` (addressed to the learner) then replaces the generic "endless loop?" advice.
+    """
 
 
 @dataclass(frozen=True)
@@ -283,6 +287,12 @@ def expect_raised(seen: dict, what: str, why: str = "", exc_name: str = "ValueEr
 
 
 def _short(value, limit: int = 200) -> str:
+    """``value`` for a message. An object :func:`plain` could not convert (``{"__type__": ..., "repr": ...}``)
+    reads as the learner would see it: ``a Sequential (<Sequential name=sequential, built=True>)``."""
+    if isinstance(value, dict) and set(value) == {"__type__", "repr"} and isinstance(value["__type__"], str):
+        kind = value["__type__"].rsplit(".", 1)[-1]
+        text = str(value["repr"])
+        return tr("a {kind} ({repr})", kind=kind, repr=text if len(text) <= limit else text[:limit] + "...")
     text = repr(value)
     return text if len(text) <= limit else text[:limit] + "..."
 
@@ -432,9 +442,15 @@ class _Alarm:
         return False
 
 
-def _timeout_message(timeout_s) -> str:
+def _timeout_message(timeout_s, progress: str = "") -> str:
+    """What a learner reads when an item ran out of time; ``progress`` is what the item saw the code do (an
+    :class:`ItemTimeout` raised again by ``observe`` with it), so a slow machine is not mistaken for a loop."""
+    if progress:
+        return tr("Stopped after {seconds} s: the check's time is up. {progress}", seconds=f"{timeout_s:g}",
+                  progress=progress)
     return tr("Stopped after {seconds} s: your code did not finish. Look for an endless loop, or an iterator "
-              "that never ends (e.g. a dataset with .repeat()).", seconds=f"{timeout_s:g}")
+              "that never ends (e.g. a dataset with .repeat()). If there is none, the machine may just be busy: "
+              "run the check again.", seconds=f"{timeout_s:g}")
 
 
 def _todo_message() -> str:
@@ -461,8 +477,8 @@ def _classify(call: Callable[[], object], test_file: str | None, timeout_s,
             return "ok", call()
     except KeyboardInterrupt:
         raise
-    except ItemTimeout:
-        return "error", _timeout_message(timeout_s)
+    except ItemTimeout as exc:
+        return "error", _timeout_message(timeout_s, str(exc.args[0]) if exc.args else "")
     except NotDefined as exc:
         return "todo", str(exc)
     except NotImplementedError:

@@ -21,6 +21,7 @@ Every message goes through ``tr`` (the zh_CN catalogue, ``grading/locale/zh_CN.p
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 from gpucourse.grading.items import Fail, counted, expect_raised, item, outcome, tr
@@ -348,11 +349,15 @@ def _TrainingPasses():
             self.stats = self.add_weight(shape=(3,), initializer="zeros", trainable=False, dtype="int64",
                                          name="passes")
             self.stats.assign([0, 0, 2**62])
+            # the first feature of the first row of the first training pass: x[0][0] when trained in order
+            self.head = self.add_weight(shape=(), initializer="zeros", trainable=False, dtype=self.compute_dtype,
+                                        name="head")
 
         def call(self, x, training=None):
             if training:
                 rows = tf.cast(tf.shape(x)[0], "int64")
                 s = self.stats
+                self.head.assign(tf.where(s[0] == 0, tf.cast(x[0, 0], self.head.dtype), self.head))
                 s.assign(tf.stack([s[0] + 1, tf.maximum(s[1], rows), tf.minimum(s[2], rows)]))
             return x
 
@@ -360,7 +365,61 @@ def _TrainingPasses():
             n, hi, lo = (int(v) for v in self.stats.numpy())
             return [n, hi, lo if n else 0]
 
+        def first_value(self):
+            return float(self.head.numpy())
+
     return TrainingPasses()
+
+
+def _why_weights_differ(case, seen) -> str:
+    """The mistake behind wrong weights, from what the model and its optimizer say about the training."""
+    import numpy as np
+
+    optimizer, lr, momentum = seen.get("optimizer"), seen.get("lr"), seen.get("momentum")
+    if optimizer != "SGD":
+        return tr("Your model.optimizer is {optimizer}: the check compares with plain SGD, whose update is the "
+                  "learning rate times the averaged gradient. Compile with keras.optimizers.SGD(learning_rate, "
+                  "gradient_accumulation_steps=...).", optimizer=optimizer)
+    if momentum:
+        return tr("The SGD has momentum={momentum:g}: plain SGD has none (leave momentum at 0).", momentum=momentum)
+    if lr is not None and not math.isclose(lr, case["lr"], rel_tol=1e-5):
+        return tr("The optimizer's learning rate is {got:g}, not the learning_rate={lr} you were given. Keras "
+                  "averages the accumulated gradients (it does not add them up), so the learning rate needs no "
+                  "scaling.", got=lr, lr=case["lr"])
+    if seen.get("loss") not in _MSE:
+        return tr("The model is compiled with the loss {loss}: use loss='mse' (mean squared error, averaged over "
+                  "the batch).", loss=seen.get("loss"))
+    if seen.get("first") is not None and not np.isclose(seen["first"], case["x"][0][0], atol=1e-6):
+        return tr("The first training batch did not start with the first example: model.fit shuffles by default. "
+                  "Pass shuffle=False, so that the batches come in order.")
+    return tr("Train in order (shuffle=False) with plain SGD and loss 'mse'.")
+
+
+@contextlib.contextmanager
+def _quiet_tensorflow():
+    """TensorFlow's own warnings off (its "triggered tf.function retracing" after a few checks: every check
+    builds a fresh model), so that a check prints only its verdict."""
+    import logging
+
+    logger = logging.getLogger("tensorflow")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def _loss_name(loss) -> str:
+    """What ``model.loss`` is, in words: a string as given, a loss object's or function's name."""
+    if isinstance(loss, str):
+        return loss
+    reduction = getattr(loss, "reduction", None)
+    name = getattr(loss, "name", None) or getattr(loss, "__name__", None) or type(loss).__name__
+    return f"{name} (reduction={reduction!r})" if reduction not in (None, "sum_over_batch_size") else str(name)
+
+
+_MSE = ("mse", "mean_squared_error", "meansquarederror", "MSE", "MeanSquaredError")
 
 
 @item("q4", points=3, title="train_with_accumulation matches one big-batch step per effective batch")
@@ -392,31 +451,45 @@ class q4:
         model = keras.Sequential([keras.Input((x.shape[1],)), tally, dense])
         dense.set_weights([np.array(case["w0"], "float32"), np.array(case["b0"], "float32")])
         if case.get("bad"):
-            return {"result": outcome(lambda: fn(model, x, y, case["micro"], case["effective"], case["lr"]))}
+            box = []
+            with _quiet_tensorflow():
+                result = outcome(lambda: box.append(fn(model, x, y, case["micro"], case["effective"], case["lr"]))
+                                 or box[0])
+            return {"result": result, "returned_model": bool(box) and box[0] is model}
         # On Ampere and newer GPUs float32 matmuls default to TF32 (10 mantissa bits), which misses the
         # float64 reference by more than 1e-4 about one time in five: grade full float32 arithmetic.
         tf32 = tf.config.experimental.tensor_float_32_execution_enabled()
         tf.config.experimental.enable_tensor_float_32_execution(False)
         try:
-            out = fn(model, x, y, case["micro"], case["effective"], case["lr"])
+            with _quiet_tensorflow():
+                out = fn(model, x, y, case["micro"], case["effective"], case["lr"])
         finally:
             tf.config.experimental.enable_tensor_float_32_execution(tf32)
         opt = getattr(model, "optimizer", None)
         w, b = dense.get_weights()
         iterations = getattr(opt, "iterations", None)
+        try:
+            lr = float(np.asarray(opt.learning_rate)) if opt is not None else None
+        except (TypeError, ValueError, AttributeError):
+            lr = None  # a schedule
         return {"returned_model": out is model, "optimizer": type(opt).__name__ if opt is not None else None,
                 "accumulation": getattr(opt, "gradient_accumulation_steps", None), "w": w, "b": b,
                 "iterations": int(iterations.numpy()) if hasattr(iterations, "numpy") else None,
-                "passes": tally.seen()}
+                "passes": tally.seen(), "first": tally.first_value(), "lr": lr,
+                "momentum": float(getattr(opt, "momentum", 0.0) or 0.0) if opt is not None else None,
+                "loss": _loss_name(getattr(model, "loss", None))}
 
     def judge(case, seen):
         import numpy as np
 
         micro, eff, lr = case["micro"], case["effective"], case["lr"]
         if case.get("bad"):
-            return expect_raised(seen["result"], f"train_with_accumulation(..., micro_batch={micro}, "
-                                 f"effective_batch={eff}, ...)",
-                                 tr("{micro} does not divide {eff}", micro=micro, eff=eff))
+            call = f"train_with_accumulation(..., micro_batch={micro}, effective_batch={eff}, ...)"
+            why = tr("{micro} does not divide {eff}", micro=micro, eff=eff)
+            if "raised" not in seen["result"] and seen.get("returned_model"):
+                raise Fail(tr("{call} should raise ValueError ({why}), but it trained the model and returned it. "
+                              "Check the batch sizes before you compile or train.", call=call, why=why))
+            return expect_raised(seen["result"], call, why)
         if not seen["returned_model"]:
             raise Fail(tr("train_with_accumulation should return the model it was given, trained"))
         steps, n = eff // micro, len(case["x"])
@@ -429,10 +502,10 @@ class q4:
                 raise Fail(tr("with micro_batch={micro} and effective_batch={eff}, your weights match one SGD "
                               "update per micro-batch: the gradients were not accumulated. Give the optimizer "
                               "gradient_accumulation_steps={steps}.", micro=micro, eff=eff, steps=steps))
-            raise Fail(tr("on {n} random examples with micro_batch={micro}, effective_batch={eff}, "
-                          "learning_rate={lr}: the weights differ from {updates} SGD steps with batch {eff} by "
-                          "{err:.3g} (allowed 1e-4). Train in order (shuffle=False) with plain SGD and loss 'mse'.",
-                          n=n, micro=micro, eff=eff, lr=lr, updates=n // eff, err=err))
+            where = tr("on {n} random examples with micro_batch={micro}, effective_batch={eff}, learning_rate={lr}: "
+                       "the weights differ from {updates} SGD steps with batch {eff} by {err:.3g} (allowed 1e-4).",
+                       n=n, micro=micro, eff=eff, lr=lr, updates=n // eff, err=err)
+            raise Fail(where + " " + _why_weights_differ(case, seen))
         passes, biggest, smallest = seen.get("passes") or [0, 0, 0]
         if passes != n // micro or biggest != micro or smallest != micro or seen.get("iterations") != n // eff:
             raise Fail(tr("the weights are right, but the training was not {want_passes} passes on micro-batches of "

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 
-from gpucourse.grading.items import Fail, expect_raised, item, outcome, tr
+from gpucourse.grading.items import Fail, ItemTimeout, expect_raised, item, outcome, tr
 
 # --------------------------------------------------------------------------- shared
 
@@ -110,15 +110,24 @@ class q1:
 # --------------------------------------------------------------------------- q2
 
 
+def _shard_sizes(n: int, pipelines: int) -> list[int]:
+    """Examples per input pipeline when ``Dataset.shard(pipelines, i)`` splits ``n`` of them."""
+    return [len(range(i, n, pipelines)) for i in range(pipelines)]
+
+
 @item("q2", points=3, title="make_dataset_fn shards per input pipeline and batches per replica")
 class q2:
     def cases(rng):
         out = []
-        for pipelines, replicas in ((2, 4), (1, 2), (3, 3)):
+        for pipelines, replicas, even in ((2, 4, False), (1, 2, False), (3, 3, True)):
             per = rng.randint(2, 5)
             gbs = per * replicas
-            out.append({"pipelines": pipelines, "replicas": replicas, "gbs": gbs,
-                        "n": gbs * rng.randint(3, 6) * pipelines, "offset": rng.randint(0, 1000)})
+            n = gbs * rng.randint(3, 6) * pipelines
+            if not even:  # a data size that does not split evenly: some pipeline ends with a partial batch
+                n += rng.choice([r for r in range(1, per * pipelines * 2)
+                                 if any(size % per for size in _shard_sizes(n + r, pipelines))])
+            out.append({"pipelines": pipelines, "replicas": replicas, "gbs": gbs, "n": n,
+                        "offset": rng.randint(0, 1000)})
         return out + [{"through_strategy": True, "per": 2, "rows": 3}]
 
     def observe(ns, case):
@@ -176,16 +185,25 @@ class q2:
             if pipe["endless"]:
                 raise Fail(tr("the dataset seems endless: do not .repeat() it, the training loop decides how long "
                               "to run"))
-            sizes = sorted({len(b["x"]) for b in pipe["batches"]})
-            if sizes != [per]:
+            sizes = [len(b["x"]) for b in pipe["batches"]]
+            if any(size != per for size in sizes[:-1]) or (sizes and not 1 <= sizes[-1] <= per):
                 raise Fail(tr("with {pipelines} input pipeline(s), {replicas} replicas and global batch {gbs}, every "
-                              "batch should hold {per} examples (the per-replica batch), got batch sizes {sizes}",
-                              pipelines=pipelines, replicas=replicas, gbs=gbs, per=per, sizes=sizes))
+                              "batch should hold {per} examples (the per-replica batch; only a pipeline's last batch "
+                              "may hold fewer), got batch sizes {sizes}", pipelines=pipelines, replicas=replicas,
+                              gbs=gbs, per=per, sizes=sorted(set(sizes))))
             for b in pipe["batches"]:
                 if any(abs(yv - 3.0 * xv) > 1e-3 * max(1.0, abs(xv)) for xv, yv in zip(b["x"], b["y"])):
                     raise Fail(tr("the x and y of a batch no longer belong together (y = 3x in this test); "
                                   "shuffle or shard (x, y) pairs, not x and y separately"))
                 every.extend(b["x"])
+        dropped = n - len(every)
+        if (len(set(every)) == len(every) and 0 < dropped < per * pipelines
+                and all(len(b["x"]) == per for pipe in seen["pipelines"] for b in pipe["batches"])):
+            raise Fail(tr("with {pipelines} input pipeline(s), {n} examples and per-replica batches of {per}, the "
+                          "pipelines together yielded {count} examples: {dropped} were dropped. That is what "
+                          "batch(..., drop_remainder=True) does to each pipeline's last, partial batch. Keep it "
+                          "(leave drop_remainder at False): every example must be seen exactly once.",
+                          pipelines=pipelines, n=n, per=per, count=len(every), dropped=dropped))
         if len(every) != n or len(set(every)) != n:
             raise Fail(tr("with {pipelines} input pipeline(s) and {n} examples, the pipelines together should yield "
                           "each example exactly once; they yielded {count} examples, {distinct} distinct. Shard by "
@@ -434,6 +452,29 @@ def _fresh_run(strategy, case, kernel, bias, targets="y"):
 FIRST_RUN_S = 90.0
 
 
+def _folder_state(folder) -> str:
+    """What the checkpoint folder holds right now, as a short digest of its files' names and contents (files
+    over 16 MiB by size and time): it changes whenever a checkpoint is written, whatever the learner names it."""
+    import hashlib
+    import os
+
+    digest = hashlib.sha256()
+    for root, _, files in sorted(os.walk(folder)):
+        for name in sorted(files):
+            path = os.path.join(root, name)
+            try:
+                info = os.stat(path)
+                digest.update(os.path.relpath(path, folder).encode() + b"\0")
+                if info.st_size <= 16 * 2**20:
+                    with open(path, "rb") as f:
+                        digest.update(f.read())
+                else:
+                    digest.update(f"{info.st_size}:{info.st_mtime_ns}".encode())
+            except OSError:  # a file renamed or removed while we look: the folder is changing anyway
+                digest.update(b"?")
+    return digest.hexdigest()[:16]
+
+
 def _first_launch(variables, args, report):
     """In a fresh worker process, after the submission's cells: q5's first run, killed after step ``crash_at``.
 
@@ -454,6 +495,7 @@ def _first_launch(variables, args, report):
     model, optimizer, step_fn, data = _fresh_run(strategy, case, case["kernel"], case["bias"])
 
     def on_step(k):
+        report(["folder", plain(k), _folder_state(args["folder"])])  # before "step": the kill comes on that
         report(["step", plain(k)])
         if k == case["crash_at"]:
             time.sleep(3600)
@@ -471,6 +513,7 @@ def _first_run_killed(worker, case, folder) -> dict:
     answer = worker(_first_launch, {"case": case, "folder": folder}, ["step", case["crash_at"]], FIRST_RUN_S)
     reports = [r for r in answer["reports"] if isinstance(r, list) and r]
     steps = [r[1] for r in reports if r[0] == "step" and len(r) == 2]
+    folders = [r[2] for r in reports if r[0] == "folder" and len(r) == 3]
     said = {r[0]: r[1:] for r in reports}
     lines = [line for line in str(answer.get("log", "")).splitlines() if line.strip()]
     error = lines[-1][:300] if lines else ""  # the end of what the process printed says why it ended
@@ -486,11 +529,15 @@ def _first_run_killed(worker, case, folder) -> dict:
         first = "timeout"
     else:
         first, error = "died", f"{answer['ended']}; {error or '-'}"
-    return {"first": first, "first_steps": steps, "first_error": error}
+    return {"first": first, "first_steps": steps, "first_error": error, "first_folders": folders}
 
 
-def _first_run_simulated(fn, case, folder) -> dict:
-    """check()'s first run, in this kernel: on_step raises after ``crash_at`` (a BaseException)."""
+def _first_run_simulated(fn, case, folder, progress) -> dict:
+    """check()'s first run, in this kernel: on_step raises after ``crash_at`` (a BaseException).
+
+    ``progress`` gets the steps on_step saw and when (for the message if the item's time runs out).
+    """
+    import time
     import numpy as np
 
     from gpucourse.grading.items import counted, plain
@@ -499,10 +546,12 @@ def _first_run_simulated(fn, case, folder) -> dict:
 
     strategy = distribute.mirrored_strategy(distribute.strategy_devices()[:2])  # 2 replicas are enough here
     model, optimizer, step_fn, data = _fresh_run(strategy, case, case["kernel"], case["bias"])
-    first_steps, at_kill = [], []
+    first_steps, at_kill, folders = progress.setdefault("first", []), [], []
 
     def fail_after(k):
         first_steps.append(plain(k))
+        progress["at"] = time.monotonic()
+        folders.append(_folder_state(folder))
         if k == case["crash_at"]:
             at_kill.extend(v.numpy().copy() for v in model.variables + optimizer.variables)
             raise _WorkerKilled(f"simulated failure after step {k}")
@@ -517,7 +566,32 @@ def _first_run_simulated(fn, case, folder) -> dict:
     if first == "killed" and at_kill and any(not np.array_equal(a, v.numpy()) for a, v in
                                              zip(at_kill, model.variables + optimizer.variables)):
         first = "went on"  # a dead worker trains no further
-    return {"first": first, "first_steps": first_steps, "first_error": ""}
+    return {"first": first, "first_steps": first_steps, "first_error": "", "first_folders": folders}
+
+
+def _progress_text(case, progress) -> str:
+    """How far q5's runs got when the item's time ran out, and what that suggests (busy machine or a loop)."""
+    import time
+
+    first, second, steps = progress.get("first", []), progress.get("second"), case["steps"]
+    if any(isinstance(k, int) and k > steps for k in (second or []) + first):
+        return tr("Your training went on past step {steps} (on_step saw step {k}): it does not stop. Train "
+                  "exactly until step `steps`, and do not .repeat() the dataset.", steps=steps,
+                  k=max(k for k in (second or []) + first if isinstance(k, int)))
+    where = tr("The first run had reached step {k} (the check stops it after step {crash}).",
+               k=first[-1] if first else 0, crash=case["crash_at"])
+    if second is not None:
+        where = tr("The restart had reached step {k} of {steps}.", k=second[-1] if second else "-", steps=steps)
+    if "at" not in progress:
+        return where + " " + tr("on_step was never called: look for an endless loop before the first step, or an "
+                                "iterator that never ends.")
+    idle = time.monotonic() - progress["at"]
+    if idle < 15:
+        return where + " " + tr("Your code was still making progress ({idle:.0f} s since the last on_step), so "
+                                "the machine is probably busy, or slow experiments ran before: run the check "
+                                "again.", idle=idle)
+    return where + " " + tr("Nothing happened for the last {idle:.0f} s (no on_step): look for an endless loop, or "
+                            "an iterator that never ends (e.g. a dataset with .repeat()).", idle=idle)
 
 
 @item("q5", points=3, title="train_resumable: resume after a worker failure with the same final weights",
@@ -542,6 +616,7 @@ class q5:
     def observe(ns, case):
         import shutil
         import tempfile
+        import time
 
         from gpucourse.grading.items import counted, plain
 
@@ -549,21 +624,29 @@ class q5:
 
         fn = ns.function("train_resumable")
         folder = tempfile.mkdtemp(prefix="gpucourse-lab04-")
+        progress: dict = {}
         try:
             if ns.worker is not None:  # the grader: a real process, killed with SIGKILL
                 first = _first_run_killed(ns.worker, case, folder)
             else:  # check(): the kill simulated in this kernel
-                first = _first_run_simulated(fn, case, folder)
+                first = _first_run_simulated(fn, case, folder, progress)
             # The restart: a new process would build everything again, from *other* initial weights, and here
             # the data after the checkpoint differs too.
             strategy = distribute.mirrored_strategy(distribute.strategy_devices()[:2])
             model, optimizer, step_fn, data = _fresh_run(strategy, case, case["fresh_kernel"], case["bias"],
                                                          "y_restart")
-            second_steps = []
+            second_steps = progress["second"] = []
+
+            def seen_step(k):
+                second_steps.append(plain(k))
+                progress["at"] = time.monotonic()
+
             losses = fn(strategy, model, optimizer, step_fn, data, case["steps"], folder, case["save_every"],
-                        counted(lambda k: second_steps.append(plain(k)))[0])
+                        counted(seen_step)[0])
             return {**first, "second_steps": second_steps, "losses": plain(losses),
                     "weights": [w.tolist() for w in model.get_weights()]}
+        except ItemTimeout:  # say how far the runs got: a busy machine is not an endless loop
+            raise ItemTimeout(_progress_text(case, progress)) from None
         finally:
             shutil.rmtree(folder, ignore_errors=True)
 
@@ -600,6 +683,13 @@ class q5:
                           "raises propagate; the check kills the run after step {crash}. on_step saw {saw} and the "
                           "run {ended}.", crash=crash, saw=seen["first_steps"][:12],
                           ended=tr("ended normally") if seen["first"] == "finished" else tr("was killed")))
+        folders = seen.get("first_folders") or []
+        for k in range(every, crash + 1, every):  # on_step(k) of a due step: its checkpoint is already on disk
+            if len(folders) >= k and folders[k - 1] == folders[k - 2]:
+                raise Fail(tr("when on_step({k}) was called, the checkpoint of step {k} was not on disk yet (the "
+                              "checkpoint folder had not changed since on_step({prev})). Save first, then call "
+                              "on_step(k): a worker killed right after on_step(k) would otherwise lose that "
+                              "checkpoint.", k=k, prev=k - 1))
         resume = (crash // every) * every  # the last checkpoint written before the failure
         want_steps = list(range(resume + 1, steps + 1))
         got_steps = seen["second_steps"]

@@ -292,6 +292,36 @@ def _bypass() -> str:
               "(or an optimizer of your own): that bypasses all three")
 
 
+def _api_mistake(exc) -> str | None:
+    """The known API mistake behind an error of the learner's train_step, or None (learner's side)."""
+    text = str(exc)
+    if isinstance(exc, AttributeError) and ("get_scaled_loss" in text or "get_unscaled_gradients" in text):
+        return "keras2"
+    if isinstance(exc, AttributeError) and "dynamic_scale" in text:
+        return "dynamic_scale"
+    if isinstance(exc, ValueError) and "must have rank" in text and "target" in text:
+        return "swapped"
+    return None
+
+
+def _api_advice(mistake: str) -> str:
+    """What to use instead, per known API mistake (in the learner's language)."""
+    if mistake == "keras2":
+        return tr("get_scaled_loss and get_unscaled_gradients were Keras 2's (tf.keras.mixed_precision); Keras 3's "
+                  "LossScaleOptimizer has neither. Scale with `optimizer.scale_loss(loss)`, differentiate that, and "
+                  "pass the gradients unchanged to `optimizer.apply_gradients`, which divides them by the scale "
+                  "itself.")
+    if mistake == "dynamic_scale":
+        return tr("A LossScaleOptimizer creates `dynamic_scale` only when it is built, at its first "
+                  "apply_gradients, so it does not exist yet. You need not divide at all: pass the gradients of "
+                  "`optimizer.scale_loss(loss)` unchanged to `optimizer.apply_gradients`, which divides them by "
+                  "the scale itself.")
+    if mistake == "swapped":
+        return tr("A Keras loss takes (y_true, y_pred) in that order: call `loss_fn(y, model(x, training=True))`. "
+                  "With the two swapped, the labels are read as predictions (the rank error above).")
+    return ""
+
+
 @item("q3", points=3, title="train_step scales the loss, applies with the LossScaleOptimizer, skips overflows")
 class q3:
     def cases(rng):
@@ -314,7 +344,13 @@ class q3:
                                                   dynamic_growth_steps=1000)
         loss_fn = keras.losses.SparseCategoricalCrossentropy()
         x, y = np.asarray(case["x"], np.float32), np.asarray(case["y"], np.int32)
-        got = fn(model, opt, loss_fn, tf.constant(x), tf.constant(y))
+        try:
+            got = fn(model, opt, loss_fn, tf.constant(x), tf.constant(y))
+        except (AttributeError, ValueError) as exc:
+            mistake = _api_mistake(exc)
+            if mistake is None:
+                raise  # reported as your code's error, with its line
+            return {"api_mistake": mistake, "raised": f"{type(exc).__name__}: {str(exc)[:200]}"}
         try:
             loss = float(np.asarray(got))
         except (TypeError, ValueError):
@@ -329,6 +365,9 @@ class q3:
     def judge(case, seen):
         import numpy as np
 
+        if "api_mistake" in seen:
+            raise Fail(tr("train_step raised {raised}. {advice}", raised=seen["raised"],
+                          advice=_api_advice(seen["api_mistake"])))
         initial = case["initial"]
         setup = tr("a mixed_float16 model ({in_dim} inputs, {n_classes} classes), "
                    "LossScaleOptimizer(SGD({lr}), initial_scale={initial:g}) and a batch of 8", in_dim=case["in_dim"],

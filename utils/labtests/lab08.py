@@ -160,14 +160,15 @@ class q1:
 # --------------------------------------------------------------------------- q2
 
 
-def _busy(spans, start, end, union=True, clip=True):
-    """Reference: busy time of ``spans`` inside [start, end]; overlaps count once (switches: classic mistakes)."""
+def _busy(spans, start, end, union=True, clip=True, ordered=True):
+    """Reference: busy time of ``spans`` inside [start, end]; overlaps count once (switches: classic mistakes;
+    ``ordered=False`` merges the spans in the order given, without sorting them first)."""
     if clip:
         spans = [(max(s, start), min(e, end)) for s, e in spans if min(e, end) > max(s, start)]
     if not union:
         return sum(e - s for s, e in spans)
     total, cur = 0.0, None
-    for s, e in sorted(spans):
+    for s, e in (sorted(spans) if ordered else spans):
         if cur is None or s > cur[1]:
             total += cur[1] - cur[0] if cur else 0.0
             cur = [s, e]
@@ -180,7 +181,9 @@ def _busy(spans, start, end, union=True, clip=True):
 class q2:
     def cases(rng):
         cases = [{"spans": [], "start": 0.0, "end": 1.0}, {"spans": [[0.0, 1.0], [0.5, 1.5]], "start": 0.0, "end": 2.0},
-                 {"spans": [[-1.0, 0.5], [1.5, 9.0]], "start": 0.0, "end": 2.0}]
+                 {"spans": [[-1.0, 0.5], [1.5, 9.0]], "start": 0.0, "end": 2.0},
+                 # not in order of start: a merge that does not sort first gets 0.375 (sum: 0.75, union: 0.625)
+                 {"spans": [[1.0, 1.5], [0.0, 2.0], [3.0, 3.5]], "start": 0.0, "end": 4.0}]
         for _ in range(4):
             start = rng.uniform(0, 10)
             end = start + rng.uniform(1, 5)
@@ -213,6 +216,9 @@ class q2:
             hint = tr(" Overlapping spans count once: merge them (their union), do not add them up.")
         elif _close(got, _busy(spans, start, end, clip=False) / window):
             hint = tr(" Only the part of a span inside [start, end] counts: clip each span to the window.")
+        elif _close(got, _busy(spans, start, end, ordered=False) / window):
+            hint = tr(" The spans come in any order: sort them by their start before you merge them. A merge that "
+                      "walks them as given misses a span that starts before the one it is extending.")
         raise Fail(tr("{call} should be {want:.4f}, got {got}.{hint}", call=call, want=want, got=repr(got), hint=hint))
 
 
@@ -266,6 +272,14 @@ class q3:
         hint = ""
         if isinstance(got, (int, float)) and got > 1:
             hint = tr(" Utilisation cannot exceed 1: once the input keeps up, the device is busy all the time.")
+        elif k is None and prefetch and _close(got, _utilisation_bound(step, load, aug, None, False)):
+            hint = tr(" That is the bound without prefetch: prefetch=True runs the whole pipeline in the background, "
+                      "so input and compute overlap and the slower side sets the pace, min(1, step / (load + "
+                      "augment)).")
+        elif k is None and not prefetch and _close(got, _utilisation_bound(step, load, aug, None, True)):
+            hint = tr(" That is the bound with prefetch: with prefetch=False and no parallel calls the maps run in "
+                      "the training loop's thread, so input and compute take turns, step / (step + load + "
+                      "augment).")
         elif k is not None and _close(got, _utilisation_bound(step, load, aug, k, prefetch, "sum")):
             hint = tr(" With parallel maps each stage runs in its own threads, so the slowest stage sets the pace "
                       "(max of load and augment), not their sum.")

@@ -194,4 +194,7 @@ class q4:
                       "sheet['dense'][{dtype_repr}].", dtype=dtype, dtype_repr=repr(dtype))
         elif _close(got, 100 * want):
             msg += tr(" Return a fraction (0.4 for 40%), not a percentage.")
+        elif _close(got, 1e12 * want):
+            msg += tr(" Your answer is exactly 10^12 times too large: the sheet gives TFLOP/s, so multiply the peak "
+                      "by 1e12 to get FLOP/s before you divide.")
         raise Fail(msg)
