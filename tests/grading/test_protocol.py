@@ -201,6 +201,13 @@ def test_a_length_over_the_limit_is_refused_before_reading_the_frame():
         Reader({Role.TRIPWIRE: KEY}).feed((protocol.MAX_FRAME + 1).to_bytes(4, "big"))
 
 
+def test_the_good_frames_before_a_bad_one_come_with_the_error():
+    data = _frames(KEY, [_hello(), ("flag", {"category": "ctypes"})]) + encode(OTHER_KEY, 2, "look", {})
+    with pytest.raises(ProtocolError) as refused:
+        Reader({Role.TRIPWIRE: KEY}).feed(data)
+    assert refused.value.frames == [_hello(), ("flag", {"category": "ctypes"})]
+
+
 def test_a_broken_reader_reads_nothing_more():
     reader = Reader({Role.TRIPWIRE: KEY})
     with pytest.raises(ProtocolError):

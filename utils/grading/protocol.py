@@ -71,7 +71,13 @@ class Category(str, Enum):
 
 
 class ProtocolError(ValueError):
-    """A frame that is malformed, too long, out of order or carries a wrong MAC."""
+    """A frame that is malformed, too long, out of order or carries a wrong MAC.
+
+    ``frames``: the good frames the same :meth:`Reader.feed` read before the bad one (they came first, and
+    are as trustworthy as any).
+    """
+
+    frames: list = []
 
 
 _ESCAPES = {i: f"\\u{i:04x}" for i in range(32)}
@@ -136,7 +142,7 @@ class Reader:
     The first frame must be ``hello``; its role picks the key from ``keys`` (``{role: key}``), unless
     ``role`` says whose frames these are (the agent reading the observer's). Every frame must carry the next
     ``seq`` and a valid MAC; the first one that does not raises :class:`ProtocolError` and the reader reads
-    nothing more.
+    nothing more; the exception's ``frames`` are the good frames of that call, before the bad one.
     """
 
     def __init__(self, keys: dict, role: str | None = None):
@@ -162,6 +168,7 @@ class Reader:
                 out.append(self._check(raw))
         except ProtocolError as exc:
             self.broken = str(exc)
+            exc.frames = out
             raise
         return out
 
