@@ -124,6 +124,11 @@ def test_opening_the_process_memory_is_flagged():
     assert result.flags() == [("memory", "opened /proc/self/mem", result.at(1))]
 
 
+def test_opening_the_process_memory_by_a_bytes_path_is_flagged():
+    result = run("fh = open(b'/proc/self/mem', 'rb')\nfh.close()\n")
+    assert result.flags() == [("memory", "opened /proc/self/mem", result.at(1))]
+
+
 def test_signalling_a_process_is_flagged():
     result = run("import os\nos.kill(os.getpid(), 0)\n")
     assert result.flags() == [("process", "os.kill", result.at(2))]

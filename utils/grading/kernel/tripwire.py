@@ -188,9 +188,11 @@ def install(protocol: dict, address: str, token: str, key: bytes, grader_code=()
                 whose, at = where(getframe(1), "stdlib")
                 if whose == "learner":
                     flag("ctypes", event, at)
-            elif event == "open" and args and type(args[0]) is str and args[0].startswith("/proc/") \
-                    and args[0].endswith("/mem"):
-                flag("memory", "opened " + args[0], where(getframe(1), "library")[1])  # whoever opens it
+            elif event == "open" and args and type(args[0]) in (str, bytes) and args[0].startswith(
+                    "/proc/" if type(args[0]) is str else b"/proc/") and args[0].endswith(
+                    "/mem" if type(args[0]) is str else b"/mem"):
+                path = args[0] if type(args[0]) is str else bytes.decode(args[0], "utf-8", "replace")
+                flag("memory", "opened " + path, where(getframe(1), "library")[1])  # whoever opens it
             elif event == "compile" and args and type(args[0]) in (str, bytes) and type(args[1]) is str \
                     and args[1].startswith("<gpucourse-") and openssl_sha256(
                         args[0] if type(args[0]) is bytes else args[0].encode()).hexdigest() in grader_code:
