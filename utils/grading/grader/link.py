@@ -67,6 +67,8 @@ class Link:
         try:
             self._send("call", {"id": call_id, **body})
         except OSError as exc:
+            if self.killed:
+                raise ProcessKilled("the check killed the process") from None
             raise KernelLost(f"the kernel's agent is gone ({exc})") from None
         self.last_call = call_id
         return self.wait(call_id, deadline)
