@@ -110,6 +110,9 @@ PROCESS_NS = textwrap.dedent("""\
         return _looks[0]
     def hang():
         time.sleep(120)
+    def call_then_hang(cb):
+        cb()
+        time.sleep(120)
     def answer():
         return 42
 """)
