@@ -161,6 +161,11 @@ def test_importing_modules_is_not_dynamic_code(tmp_path):
     assert result.flags() == []
 
 
+def test_a_module_that_reads_frames_while_it_is_imported_does_not_flag_its_importer():
+    result = run("import logging\n")  # logging reads a function's __code__ when imported
+    assert result.flags() == []
+
+
 def test_importing_ctypes_is_not_a_ctypes_call():
     result = run("import ctypes\n")
     assert result.flags() == []

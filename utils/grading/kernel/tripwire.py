@@ -109,8 +109,9 @@ def install(protocol: dict, address: str, token: str, key: bytes, grader_code=()
 
         ``skip``: "wrappers" passes over the frames of modules that hand frames on (:data:`FRAME_WRAPPERS`),
         "stdlib" over the standard library's (``subprocess`` starting a process, ``ctypes.CDLL`` loading a library
-        for its caller; but not over an import), "library" over
-        every library frame (to say where the learner's code was), "none" over none.
+        for its caller), "library" over every library frame (to say where the learner's code was), "none" over
+        none. Only "library" passes over the import system: what a module does while it is imported (ctypes
+        loading libc, logging reading a code object) is not its importer's act.
         """
         while frame is not None:
             code = frame.f_code
@@ -122,7 +123,7 @@ def install(protocol: dict, address: str, token: str, key: bytes, grader_code=()
             if name.startswith("<gpucourse-"):
                 return "grader", name
             if name.startswith("<frozen"):  # the import system: it compiles and runs every module it imports
-                if skip in ("none", "stdlib"):  # (a stdlib module that loads a library when imported: ctypes)
+                if skip != "library":  # what a module does while imported is the import's (ctypes, logging)
                     return "library", name
                 frame = frame.f_back
                 continue
