@@ -429,3 +429,38 @@ def test_an_error_the_hook_could_not_report_at_once_is_reported_at_the_next_even
     """)
     assert result.returncode == 0, result.stderr
     assert ("tripwire-error", "RecursionError in sys._getframe", "") in result.flags()
+
+
+def test_a_look_keeps_the_collector_out_of_the_thread_list_so_it_cannot_deadlock():
+    """CPython 3.11 before 3.11.9 deadlocks when a collection inside ``sys._current_frames()`` frees a
+    ``threading.local`` (gh-106883; TensorFlow's graphs hold such locals): the old grader's guard hung on it
+    (issue 34). Here a collection is forced at every allocation while the tripwire looks: it must return."""
+    result = run("""
+        import gc, sys, threading
+
+        class Holder:
+            pass
+
+        def make_garbage():  # a reference cycle holding a threading.local, as a TensorFlow graph does
+            h = Holder(); h.me = h; h.loc = threading.local(); h.loc.x = 1
+
+        def on_gc(phase, info):
+            if phase == "stop" and armed:
+                make_garbage()
+
+        ev = threading.Event()
+        for _ in range(4):
+            threading.Thread(target=ev.wait, daemon=True).start()
+        gc.callbacks.append(on_gc)
+        armed = True
+        gc.set_threshold(1)
+        for at in range(20):
+            make_garbage()
+            sys.audit("gpucourse.look", at)
+        gc.set_threshold(700)
+        armed = False
+        print("looked", 20, gc.isenabled())
+        """, timeout=30)  # (a deadlock holds the GIL: only the timeout ends it)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "looked 20 True\n"
+    assert len(result.looks()) == 20

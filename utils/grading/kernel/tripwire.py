@@ -76,6 +76,22 @@ def install(protocol: dict, address: str, token: str, key: bytes, grader_code=()
     sendall, getframe, getsignal, get_profile, get_trace = (sock.sendall, sys._getframe, signal.getsignal,
                                                              sys.getprofile, sys.gettrace)
     current_frames, lock = sys._current_frames, threading.Lock()
+    import gc
+
+    gc_disable, gc_enable, gc_isenabled = gc.disable, gc.enable, gc.isenabled
+
+    def frames_now() -> dict:
+        """``sys._current_frames()`` with the collector off: in CPython 3.11 before 3.11.9 a collection inside it
+        can free a ``threading.local`` and deadlock on the runtime's thread lock (gh-106883; TensorFlow's graphs
+        hold such locals). That deadlock hung the old grader's guard (issue 34)."""
+        was = gc_isenabled()
+        gc_disable()
+        try:
+            return current_frames()
+        finally:
+            if was:
+                gc_enable()
+
     type_name = type.__dict__["__name__"].__get__  # not a metaclass's __name__
     import sysconfig
 
@@ -93,7 +109,7 @@ def install(protocol: dict, address: str, token: str, key: bytes, grader_code=()
         pass
     signals = [s for s in signal.Signals if s not in (signal.SIGKILL, signal.SIGSTOP)]
     baseline_signals = {int(s): getsignal(s) for s in signals}
-    baseline_threads = set(current_frames())
+    baseline_threads = set(frames_now())
     seq, busy, said = [0], set(), set()
     unsent: dict = {}  # tripwire-error flags that could not be sent when they happened (no stack left)
     grader_code, compiled = frozenset(grader_code), []  # file names of grader code compiled, not yet run
@@ -163,7 +179,7 @@ def install(protocol: dict, address: str, token: str, key: bytes, grader_code=()
     def look(at) -> None:
         changed = [f"{int(s)}" for s in signals if getsignal(s) is not baseline_signals[int(s)]]
         threads = []
-        for ident, frame in current_frames().items():  # an exact dict, made now: no thread can hide from it
+        for ident, frame in frames_now().items():  # an exact dict, made now: no thread can hide from it
             if ident not in baseline_threads:
                 what = entry(frame)
                 if what is not None:
