@@ -14,7 +14,7 @@ An attack is ``attacks/<name>.py``: one extra code cell appended to a lab's note
      "attacked": ["q4"],                        # the items the attack is after: none may pass, unless the
                                                 # report carries one of the "flags" below (flagged for review)
      "honest": ["q1"],                          # unsolved base only: the items its honest code solves; no
-                                                # other item may pass (default: none)
+                                                # other item may pass unless flagged (default: none)
      "messages": {"q4": ["fragment"]},          # fragments of an item's message
      "flags": ["fragment"],                     # each found in one review flag (and in the feedback)
      "no_flags": ["fragment"],                  # found in no review flag
@@ -26,9 +26,11 @@ An attack is ``attacks/<name>.py``: one extra code cell appended to a lab's note
                                                 # file exists (out_in: the output folder's parent, else the
                                                 # test's tmp folder)
 
-The rule every golden keeps (checked here for all of them, whatever the golden says): the score is the sum of
-the passing items' points; an attacked item passes only when flagged; on an unsolved lab only the honest
-items pass. A summative report comes from bubblewrap's allow-list. Each attack runs in its own kernel, once.
+The rule every golden keeps (checked here for all of them, whatever the golden says): an attack gets no mark it
+did not earn. The score is the sum of the passing items' points; an attacked item passes only when the report
+carries one of the golden's flags (it is flagged for review); on an unsolved lab nothing beyond the attack's
+honest part passes, unless so flagged. A summative report comes from bubblewrap's allow-list. Each attack runs
+in its own kernel, once.
 """
 
 import json
@@ -158,7 +160,7 @@ def check_attack(path: Path, tmp_path: Path) -> None:
         assert rows[key]["status"] != "pass" or flagged, f"{key} passed unflagged: the attack gained its marks\n{text}"
     if want["base"] == "lab":
         gained = [k for k, r in rows.items() if r["status"] == "pass" and k not in want.get("honest", [])]
-        assert not gained, f"{gained} passed on an unsolved lab, beyond the attack's honest part\n{text}"
+        assert not gained or flagged, f"{gained} passed unflagged on an unsolved lab, beyond the attack's honest part\n{text}"
     # The golden.
     assert {k: r["status"] for k, r in rows.items()} == want["items"], text
     assert rep.score == want["score"], text
