@@ -1,7 +1,8 @@
-# Reading a check's cases from the kernel's own records of what it ran: the driver's cell (the grader's last) holds
-# the items' cases, and q5's restart is meant not to know the first run's data. While the check calls it, this
-# restart searches the input history (In, _ih), IPython's line cache and the last cell IPython ran for them, and
-# fails loudly if it finds any. The grader keeps its cells out of the history and seals the config.
+# Reading a check's cases from the kernel's own records of what it ran (made moot by grading v2): the old
+# driver's cell held the items' cases, and q5's restart is meant not to know the first run's data. While the
+# check calls it, this restart searches the input history (In, _ih), IPython's line cache (which holds the
+# checks' kernel code) and the last cell IPython ran, and fails loudly if it finds a case there. The grader runs
+# no cell holding a case: each call carries only its own arguments.
 import linecache as _linecache
 import re as _re
 
