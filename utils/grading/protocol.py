@@ -118,22 +118,34 @@ def canonical(value, _type=type, _str=str, _repr=float.__repr__, _int=int.__repr
     raise TypeError(f"{kind.__name__} is not plain data")
 
 
-def mac(key: bytes, seq: int, kind: str, body, _body_text: str | None = None) -> str:
+def mac(key: bytes, seq: int, kind: str, body, _body_text: str | None = None, _digest=_hmac_digest,
+        _canonical=canonical) -> str:
     """HMAC-SHA256 of ``canonical([seq, kind, body])`` under ``key``, as hex."""
-    text = "[" + canonical(seq) + "," + canonical(kind) + "," + (_body_text or canonical(body)) + "]"
-    return _hmac_digest(key, text.encode(), "sha256").hex()
+    text = "[" + _canonical(seq) + "," + _canonical(kind) + "," + (_body_text or _canonical(body)) + "]"
+    return _digest(key, text.encode(), "sha256").hex()
 
 
-def encode(key: bytes, seq: int, kind, body) -> bytes:
-    """One frame, ready to write (TypeError if ``body`` is not plain data)."""
-    kind = Kind(kind).value
-    body_text = canonical(body)
-    tag = mac(key, seq, kind, body, body_text)
-    data = ('{"body":' + body_text + ',"kind":' + canonical(kind) + ',"mac":"' + tag + '","seq":' + canonical(seq)
-            + "}").encode()
-    if len(data) > MAX_FRAME:
-        raise ProtocolError(f"a frame of {len(data)} bytes is over the limit of {MAX_FRAME}")
-    return _LENGTH.pack(len(data)) + data
+#: The kinds' values, for :func:`encode` (which must not call ``Kind(...)``: the tripwire sends from inside its
+#: audit hook, and an enum's metaclass is a class the submission could patch).
+_KIND_VALUES = frozenset(k.value for k in Kind)
+
+
+def encode(key: bytes, seq: int, kind, body, _kinds=_KIND_VALUES, _len=len, _isinstance=isinstance, _str=str,
+           _canonical=canonical, _mac=mac, _pack=_LENGTH.pack, _limit=MAX_FRAME) -> bytes:
+    """One frame, ready to write (TypeError if ``body`` is not plain data, ValueError for an unknown kind).
+
+    What it uses is bound when this module is loaded (the tripwire loads it before any submitted code runs).
+    """
+    kind = _str.__str__(kind) if _isinstance(kind, _str) else kind  # a Kind member is a str: its value
+    if kind not in _kinds:
+        raise ValueError(f"{kind!r} is not a kind of frame")
+    body_text = _canonical(body)
+    tag = _mac(key, seq, kind, body, body_text)
+    data = ('{"body":' + body_text + ',"kind":' + _canonical(kind) + ',"mac":"' + tag + '","seq":'
+            + _canonical(seq) + "}").encode()
+    if _len(data) > _limit:
+        raise ProtocolError(f"a frame of {_len(data)} bytes is over the limit of {_limit}")
+    return _pack(_len(data)) + data
 
 
 class Reader:

@@ -187,8 +187,14 @@ def test_pack_turns_functions_into_callback_ids_and_leaves_classes_as_data(fake)
     assert fake.link._callbacks[packed["fn"]["__callback__"]] is f
 
 
-def test_calls_counts_each_call_made():
-    with serve_in_thread({"f": lambda: 1}) as (link, _, _):
+def test_calls_counts_each_call_answered_and_not_one_that_timed_out():
+    """The tripwire's looks are checked against this count (two per answered call): a call that timed out may
+    lack its second look, and must not make an honest kernel look silenced."""
+    import time
+
+    with serve_in_thread({"f": lambda: 1, "slow": lambda: time.sleep(2)}) as (link, _, _):
         for _ in range(3):
             _call(link, "f")
+        with pytest.raises(CallTimeout):
+            link.call({"op": "call", "name": "slow", "args": [], "kwargs": {}}, time.monotonic() + 0.2)
         assert link.calls == 3

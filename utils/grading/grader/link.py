@@ -34,7 +34,7 @@ class Link:
         self._callbacks: dict = {}  # function id -> callable
         self.closed = threading.Event()
         self.killed = False  # the check killed this process on purpose
-        self.calls = 0
+        self.calls = 0  # calls answered (a call whose kernel hung or died may lack its looks)
         self.problem = ""
         for kind, body in early:
             self._dispatch(kind, body)
@@ -63,7 +63,6 @@ class Link:
         """Send ``body`` (``op`` and its fields) and return the agent's result body; CallTimeout or KernelLost."""
         call_id = next(self._ids)
         self._pending[call_id] = [threading.Event(), None]
-        self.calls += 1
         try:
             self._send("call", {"id": call_id, **body})
         except OSError as exc:
@@ -87,6 +86,7 @@ class Link:
                 raise CallTimeout(call_id)
             slot[0].wait(min(left, 0.2))
         self._pending.pop(call_id, None)
+        self.calls += 1  # answered calls only: the agent raised a look before and after each of them
         return slot[1]
 
     def stop(self) -> None:

@@ -336,7 +336,7 @@ class KernelSession:
 
     @property
     def calls(self) -> int:
-        """Calls the observer made to this kernel's agents (each is bracketed by two tripwire looks)."""
+        """Calls this kernel's agents answered (each is bracketed by two tripwire looks)."""
         return self._calls + (self.link.calls if self.link is not None else 0)
 
     def _note_cpu(self) -> None:

@@ -61,6 +61,13 @@ def install(protocol: dict, address: str, token: str, key: bytes, grader_code=()
     ``grader_code``: SHA-256 digests of the texts the grader's own later cell compiles (the protocol's and
     the agent's): compiling and running exactly those is not dynamic code of the submission.
     """
+    import builtins as b
+
+    # Every name the hook uses is bound here, before any submitted code runs: a builtin or a module global the
+    # submission replaces later (``builtins.len``, ``builtins.type``) must never run inside the hook.
+    (type, str, int, len, iter, next, bytes, BaseException, KeyboardInterrupt) = (
+        b.type, b.str, b.int, b.len, b.iter, b.next, b.bytes, b.BaseException, b.KeyboardInterrupt)
+    events, anyone, frame_wrappers = dict(EVENTS), dict(ANYONE), tuple(FRAME_WRAPPERS)
     import os
     from _hashlib import openssl_sha256
     import signal
@@ -143,7 +150,7 @@ def install(protocol: dict, address: str, token: str, key: bytes, grader_code=()
                     return "library", name
                 frame = frame.f_back
                 continue
-            if skip != "none" and name.endswith(FRAME_WRAPPERS):
+            if skip != "none" and name.endswith(frame_wrappers):
                 frame = frame.f_back
                 continue
             if name.startswith(library):
@@ -199,8 +206,8 @@ def install(protocol: dict, address: str, token: str, key: bytes, grader_code=()
                 del unsent[detail]
             if event == "gpucourse.look":
                 look(args[0] if args else -1)
-            elif event in ANYONE:
-                flag(ANYONE[event], event, where(getframe(1), "library")[1])
+            elif event in anyone:
+                flag(anyone[event], event, where(getframe(1), "library")[1])
             elif event.startswith("ctypes."):  # ctypes' own Python wrappers (CDLL, string_at) act for their caller
                 whose, at = where(getframe(1), "stdlib")
                 if whose == "learner":
@@ -217,8 +224,8 @@ def install(protocol: dict, address: str, token: str, key: bytes, grader_code=()
             elif event == "exec" and args and type(args[0]) is CodeType and type(args[0].co_filename) is str \
                     and args[0].co_filename in compiled:
                 compiled.remove(args[0].co_filename)
-            elif event in EVENTS:
-                category = EVENTS[event]
+            elif event in events:
+                category = events[event]
                 whose, at = where(getframe(1), {"introspection": "wrappers", "process": "stdlib"}.get(category, "none"))
                 if whose == "learner":
                     attr = args[1] if event == "object.__getattr__" and len(args) > 1 else None
