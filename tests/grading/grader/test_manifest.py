@@ -117,3 +117,17 @@ def test_verify_names_a_single_practice_report_and_only_graded_ones(tmp_path):
     assert verify(tmp_path) == [f"{tmp_path / 'pat.json'}: pat was graded as practice ({PRACTICE}): not a mark to "
                                 "upload; grade again with bubblewrap or in a container per submission"]
     assert cli_main(["verify", str(tmp_path)]) == 1
+
+
+def test_verify_names_a_practice_grade_in_gradescopes_results(tmp_path):
+    from gpucourse.grading.grader.gradescope import results_json
+
+    for mode in ("summative", "practice"):
+        path = tmp_path / mode / "results.json"
+        path.parent.mkdir()
+        path.write_text(json.dumps(results_json(_report("pat", mode))))
+        seal(path.parent, [path])
+    assert verify(tmp_path / "summative") == []
+    assert verify(tmp_path / "practice") == [
+        f"{tmp_path / 'practice' / 'results.json'}: the submission was graded as practice ({PRACTICE}): not a mark "
+        "to upload; grade again with bubblewrap or in a container per submission"]

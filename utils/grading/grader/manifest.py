@@ -119,7 +119,8 @@ def verify(folder: Path | str) -> list[str]:
 def practice_marks(folder: Path | str) -> list[str]:
     """One line per submission graded as *practice* in ``folder`` (its kernel was not isolated enough for a
     mark to upload: see :func:`gpucourse.grading.grader.runner.summative`): the rows of its
-    ``gradebook.json``, and every single report (``gpucourse-grade x.ipynb --out folder``) beside it."""
+    ``gradebook.json``, every single report (``gpucourse-grade x.ipynb --out folder``) beside it, and a
+    Gradescope ``results.json`` (its ``extra_data``)."""
     folder = Path(folder)
     found = []
     for path in sorted(folder.glob("*.json")):
@@ -129,7 +130,12 @@ def practice_marks(folder: Path | str) -> list[str]:
             data = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
-        rows = data if path.name == "gradebook.json" and isinstance(data, list) else [data]
+        if path.name == "gradebook.json" and isinstance(data, list):
+            rows = data
+        elif isinstance(data, dict) and isinstance(data.get("extra_data"), dict):  # Gradescope's results.json
+            rows = [{**data["extra_data"], "learner": "the submission"}]
+        else:
+            rows = [data]
         for r in rows:
             if is_practice(r):
                 who = r.get("learner") or Path(str(r.get("submission") or path.stem)).name
