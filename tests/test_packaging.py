@@ -67,6 +67,32 @@ def test_readme_commands_exist_and_ci_uses_them(root):
         assert opt in addopts
 
 
+def test_system_deps_waits_for_the_apt_lock_and_names_what_it_installs(root):
+    """`make system-deps` with missing stand-in packages: apt (here `echo`) gets the lock timeout, and the message
+    separates the words ("Debian's fake-pkg", not "Debian'sfake-pkg")."""
+    import subprocess
+
+    make = (root / "Makefile").read_text()
+    assert re.search(r"^APT_GET := apt-get -o DPkg::Lock::Timeout=\$\(APT_LOCK_WAIT\)$", make, re.M)
+    assert "$(APT_GET) update" in make and "$(APT_GET) install" in make
+    deps = re.search(r"^SYSTEM_DEPS := (.*?)\n(?=\S)", make, re.M | re.S).group(1)
+    assert {"chromium", "fonts-noto-cjk", "bubblewrap", "slurmctld", "slurmd", "slurm-client", "munge"} \
+        <= set(re.findall(r"^\s*([a-z0-9.+-]+):'", deps, re.M))
+    proc = subprocess.run(["make", "-s", "--no-print-directory", "system-deps",
+                           "SYSTEM_DEPS=fake-pkg:'false' other-fake:'exit 1' present:'true'", "APT_GET=echo APT"],
+                          cwd=root, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    if os.geteuid() == 0:
+        assert "installing Debian's fake-pkg other-fake for the tests" in proc.stdout, proc.stdout
+        assert "APT update -qq" in proc.stdout
+    else:
+        assert "note: missing fake-pkg other-fake and cannot apt-get install it" in proc.stdout, proc.stdout
+    assert "present" not in proc.stdout
+    quiet = subprocess.run(["make", "-s", "--no-print-directory", "system-deps", "SYSTEM_DEPS=present:'true'",
+                            "APT_GET=false"], cwd=root, capture_output=True, text=True, timeout=60)
+    assert quiet.returncode == 0 and quiet.stdout == "", quiet.stdout
+
+
 def test_make_lab_installs_the_runtime_only_and_opens_notebook_01_without_the_news_prompt(root, tmp_path):
     """What a learner gets: `.[cpu,lab]` (no test or website tools), notebook 01 at the printed URL, no news."""
     import json

@@ -1,28 +1,20 @@
-"""Grading: the in-notebook ``check()`` and the grader, one module per job.
+"""Grading: the in-notebook ``check()`` and the grader. The folders show the trust boundary.
 
-Learner side:
+Learner side (this package, what a lab notebook imports):
 
-* :mod:`.checker` (:class:`Checker`): ``check("q1")`` for instant feedback in a lab notebook.
-* :mod:`.items`: how an item is written (``cases``/``observe``/``judge``) and run.
+* :mod:`.checker` (:class:`Checker`): ``check("q1")`` for instant feedback in a lab notebook;
+* :mod:`.items`: how an item is written (``cases``/``observe``/``judge``, ``@in_kernel``) and run;
+* :mod:`.protocol`: the one wire format between the grader and the code it ships into a kernel;
+* ``locale/``: ``check()``'s messages in Chinese.
 
-Grader side (``gpucourse-grade``, :mod:`.cli`), modelled on nbgrader's and otter-grader's split:
+:mod:`.grader` (the instructor's side: ``gpucourse-grade``, trusted): the runner and its steps, the kernel
+session and sandbox, the observer that runs each item's ``observe`` against the kernel, the course copy, the
+judge, review flags, reports, gradebooks, Gradescope, similarity, the manifest.
 
-* :mod:`.runner`: :func:`~.runner.grade_notebook`, the steps of grading one submission;
-* :mod:`.execute`: run cells in a fresh kernel with a time limit, then kill it and its children;
-* :mod:`.sandbox`: the kernel as an unprivileged user in bubblewrap, and the sweep that kills every
-  process of a run before any result is written;
-* :mod:`.seal`: the results' manifest (digests, HMAC), written last; ``gpucourse-grade verify``;
-* :mod:`.kernel_guard`, :mod:`.kernel_observe` and :mod:`.kernel_standby`: the code that runs *inside*
-  the kernel (the guard before the submission, the observation driver after it, and the standby that
-  starts worker processes a check kills for real), real files read as text;
-* :mod:`.channel`: the grader's end of the guard's authenticated socket;
-* :mod:`.judge`: tests loaded once per process, secret cases, verdicts;
-* :mod:`.integrity`: what the guard watches, the static scan, the verdict on the guard's records;
-* :mod:`.report` (:class:`~.report.GradeReport`) and :mod:`.gradebook` (CSV/JSON/feedback, Canvas);
-* :mod:`.similarity`: similar submissions in a batch (copydetect's winnowing fingerprints), written to
-  ``similarity.csv`` and ``similarity.html`` for a human; never a score;
-* :mod:`.gradescope`: the Gradescope bundle and ``results.json``;
-* :mod:`.benchmark`: seconds per submission (``python -m gpucourse.grading.grader.benchmark``).
+:mod:`.kernel` (shipped as text into the untrusted kernel, standard library only): the launcher (seccomp),
+the tripwire (review flags only) and the agent (answers the observer's calls).
+
+``docs/grading-architecture.md`` is the map: processes, trust boundary, wire format, where each decision is made.
 """
 
 from .checker import Checker

@@ -74,11 +74,13 @@ def _globals_used(fn, module, seen) -> set[str]:
                                                      if i.opname == "LOAD_GLOBAL"}}
 
 
-def test_kernel_source_of_every_lab_keeps_what_observe_uses():
-    from gpucourse.grading.items import is_split, items_in, lab_ids, load_test_source
+def test_kernel_source_of_every_lab_keeps_what_its_kernel_functions_use():
+    """Only the ``@in_kernel`` functions, and what they use, go to the kernel: no item (cases, observe, judge)
+    and no reference helper of the judges."""
+    from gpucourse.grading.items import is_kernel_function, lab_ids, load_test_source
 
     tricky = '''
-from gpucourse.grading.items import Fail, item
+from gpucourse.grading.items import Fail, in_kernel, item
 A, B = 1, 2
 _REF = {"x": 1}
 
@@ -88,30 +90,35 @@ def _reference(x):
 def _build(x):
     return [x] * A
 
+@in_kernel
+def _observe(ns, x):
+    return ns.function("f")(_build(x))
+
 @item("q1", points=1)
 class q1:
     def cases(rng):
         return [{"x": "x"}]
     def observe(ns, case):
-        return {"got": ns.function("f")(_build(case["x"]))}
+        return {"got": ns.kernel(_observe, case["x"])}
     def judge(case, seen):
         if seen["got"] != _reference(case["x"]):
             raise Fail("no")
 '''
     stripped = judge.kernel_source(tricky)
-    assert "_REF" not in stripped and "def _reference" not in stripped and "A, B = 1, 2" in stripped
+    assert "_REF" not in stripped and "def _reference" not in stripped and "class q1" not in stripped
+    assert "A, B = 1, 2" in stripped and "def _build" in stripped and "def _observe" in stripped
     assert stripped.count("\n") == tricky.count("\n") + (0 if tricky.endswith("\n") else 1)
     for lab in lab_ids():
         text = lab_test_path(lab).read_text()
         full, kept = load_test_source(text, f"lab{lab}.py"), load_test_source(judge.kernel_source(text), "k.py")
-        assert [s.key for s, _ in items_in(full)] == [s.key for s, _ in items_in(kept)]
-        for spec, obj in items_in(kept):
-            fn = obj.observe if is_split(obj) else obj
-            assert not _globals_used(fn, kept, set()), f"lab {lab} {spec.key}: the kernel's copy lacks names"
+        functions = [name for name, value in vars(full).items() if is_kernel_function(value)]
+        assert not [k for k, v in vars(kept).items() if hasattr(v, "__gpucourse_item__")], f"lab {lab}: items kept"
+        for name in functions:
+            assert not _globals_used(getattr(kept, name), kept, set()), f"lab {lab} {name}: the kernel's copy lacks names"
 
 
-def test_needs_tensorflow_follows_judges_and_cases_only():
-    assert not judge.needs_tensorflow(lab_test_path("01").read_text())  # only observe imports TensorFlow there
+def test_needs_tensorflow_follows_judges_cases_and_observe():
+    assert judge.needs_tensorflow(lab_test_path("01").read_text())  # q5's observe reads the build info here
     judged = '''
 def _want(x):
     import tensorflow as tf

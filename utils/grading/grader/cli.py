@@ -26,6 +26,7 @@ from pathlib import Path
 
 from .gradebook import canvas_csv, read_gradebook, write_canvas, write_gradebook
 from .report import GradeReport, is_practice
+from ..items import ITEM_TIMEOUT_S
 from .runner import DEFAULT_TIMEOUT_S, grade_notebook, lab_of
 from .manifest import MANIFEST, practice_marks, seal, verify
 from .similarity import DEFAULT_THRESHOLD, write_similarity
@@ -62,12 +63,12 @@ def discover(folder: Path, lab: str | None = None) -> list[tuple[str, Path | Non
 
 
 def _grade_one(args) -> dict:
-    learner, nb, problem, lab, extra, timeout, conceal = args
+    learner, nb, problem, lab, extra, timeout, item_timeout, conceal = args
     if nb is None:
         return GradeReport(submission="", lab=lab, status="empty", reason=problem, learner=learner).to_dict()
     try:
         return grade_notebook(nb, lab=lab, extra_tests=extra, timeout=timeout, learner=learner,
-                              conceal=conceal).to_dict()
+                              conceal=conceal, item_timeout=item_timeout).to_dict()
     except Exception as exc:  # never lose the batch to one submission
         return GradeReport(str(nb), lab, "error", f"grader failed: {type(exc).__name__}: {exc}",
                            learner=learner).to_dict()
@@ -75,7 +76,7 @@ def _grade_one(args) -> dict:
 
 def grade_batch(folder: Path, out: Path, lab: str | None = None, extra=(), timeout: float = DEFAULT_TIMEOUT_S,
                 jobs: int = 2, echo=print, column: str | None = None,
-                similarity_threshold: float = DEFAULT_THRESHOLD) -> list[dict]:
+                similarity_threshold: float = DEFAULT_THRESHOLD, item_timeout: float = ITEM_TIMEOUT_S) -> list[dict]:
     """Grade every submission in ``folder`` in parallel; write the gradebook and feedback into ``out``.
 
     Workers are reused across submissions, so each imports the tests (and TensorFlow, when a judge
@@ -88,7 +89,7 @@ def grade_batch(folder: Path, out: Path, lab: str | None = None, extra=(), timeo
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)  # so that the kernels' sandbox can hide it
     conceal = [str(out.resolve())]
-    work = {learner: (learner, nb, problem, lab, [str(p) for p in extra], timeout, conceal)
+    work = {learner: (learner, nb, problem, lab, [str(p) for p in extra], timeout, item_timeout, conceal)
             for learner, nb, problem in subs}
     results: dict[str, dict] = {}
     for attempt in (1, 2):
@@ -129,7 +130,10 @@ def _grade_main(argv) -> int:
     ap.add_argument("--lab", help="lab number, e.g. 01 (default: from the notebook's metadata or name)")
     ap.add_argument("--extra-tests", nargs="*", type=Path, default=[], metavar="FILE",
                     help="extra (hidden) test files written like gpucourse/labtests/labNN.py")
-    ap.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds per notebook (default 300)")
+    ap.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S,
+                    help=f"seconds for the submission's cells (default {DEFAULT_TIMEOUT_S:g})")
+    ap.add_argument("--item-timeout", type=float, default=ITEM_TIMEOUT_S,
+                    help=f"seconds for each item's checks (default {ITEM_TIMEOUT_S:g})")
     ap.add_argument("--out", type=Path, default=Path("grading-output"), help="folder for JSON/CSV results")
     ap.add_argument("--json", type=Path, help="for one notebook: where to write its JSON report")
     ap.add_argument("--jobs", type=int, default=2, help="submissions graded in parallel (folder mode)")
@@ -140,21 +144,22 @@ def _grade_main(argv) -> int:
     a = ap.parse_args(argv)
     lab = _lab_arg(ap, a.lab)
     _check_extra_tests(ap, lab, a.extra_tests)
-    if a.timeout <= 0 or a.jobs < 1:
-        ap.error("--timeout must be > 0 and --jobs >= 1")
+    if a.timeout <= 0 or a.item_timeout <= 0 or a.jobs < 1:
+        ap.error(f"--timeout and --item-timeout must be > 0 and --jobs >= 1, got {a.timeout:g}, {a.item_timeout:g} "
+                 f"and {a.jobs}")
     if not 0 <= a.similarity_threshold <= 1:
         ap.error(f"--similarity-threshold is a share of a submission's code, 0 to 1, got {a.similarity_threshold}")
     if not a.path.exists():
         ap.error(f"no such file or folder: {a.path}")
     if a.path.is_dir():
         rows = grade_batch(a.path, a.out, lab, a.extra_tests, a.timeout, a.jobs, column=a.canvas_column,
-                           similarity_threshold=a.similarity_threshold)
+                           similarity_threshold=a.similarity_threshold, item_timeout=a.item_timeout)
         print(f"\n{len(rows)} submission(s) graded; gradebook in {a.out}/gradebook.csv")
         return 0
     dest = a.json or a.out / f"{a.path.stem}.json"
     dest.parent.mkdir(parents=True, exist_ok=True)
     rep = grade_notebook(a.path, lab=lab, extra_tests=a.extra_tests, timeout=a.timeout,
-                         conceal=[str(dest.parent.resolve())])
+                         conceal=[str(dest.parent.resolve())], item_timeout=a.item_timeout)
     print(rep.table())
     print(f"isolation: {rep.isolation}")
     dest.write_text(json.dumps(rep.to_dict(), indent=2) + "\n")

@@ -127,6 +127,7 @@ class Listener:
                     break
                 records.extend(reader.feed(data))
         except protocol.ProtocolError as exc:
+            records.extend(exc.frames)  # the good records read in the same chunk, before the broken one
             records.append(("broken", str(exc)))
         except OSError:
             pass
