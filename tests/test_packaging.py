@@ -85,7 +85,8 @@ def test_every_module_of_the_package_imports(fresh_python):
     import gpucourse
 
     out = json.loads(fresh_python(IMPORT_ALL).splitlines()[-1])
-    assert out["failed"] == {}, "modules that do not import: " + "; ".join(f"{k}: {v}" for k, v in out["failed"].items())
+    failed = out["failed"]
+    assert failed == {}, "modules that do not import: " + "; ".join(f"{k}: {v}" for k, v in failed.items())
     assert out["wrong"] == [], f"gpucourse.<name> is not the module for {out['wrong']}"
     assert not out["tensorflow"], "importing the package's modules imported TensorFlow: keep its imports lazy"
     modules = set(out["modules"])
