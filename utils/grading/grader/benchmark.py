@@ -27,7 +27,7 @@ def measure(lab: str = "01", copies: int = 3, jobs: int = 2, root: Path | None =
     """Grade the copies as one batch; seconds per submission and per stage, and the verdicts."""
     from .cli import grade_batch
 
-    root = root or Path(__file__).resolve().parents[2]
+    root = root or Path(__file__).resolve().parents[3]  # the repository: utils/grading/grader/ is three below it
     sol = sorted((root / "solutions").glob(f"{lab}_*.ipynb"))
     unsolved = sorted((root / "labs").glob(f"{lab}_*.ipynb"))
     if not sol or not unsolved:
