@@ -13,7 +13,7 @@ from gpucourse.grading.grader.cli import main as cli_main
 from gpucourse.grading.grader.gradebook import CANVAS_IDENTITY, canvas_csv, write_gradebook
 from gpucourse.grading.grader.report import GradeReport, is_practice
 
-PRACTICE = "practice only: no bubblewrap's allow-list (or a container per submission)"
+PRACTICE = "practice only: without bubblewrap's allow-list (or a container per submission)"
 
 
 def _row(learner, lab, status, score, max_score=10, flags=(), mode=None, item=None):

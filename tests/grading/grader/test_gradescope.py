@@ -130,7 +130,7 @@ def test_results_json_format():
 
 
 def test_results_json_says_a_practice_grade():
-    why = "practice only: no bubblewrap's allow-list (or a container per submission)"
+    why = "practice only: without bubblewrap's allow-list (or a container per submission)"
     res = results_json(GradeReport("s.ipynb", "01", "graded", why, 2, 7, _items(), mode="practice"))
     assert res["extra_data"]["mode"] == "practice" and res["extra_data"]["reason"] == why
     assert res["output"].splitlines() == [f"Lab 01: graded ({why})", "Score: 2/7",
@@ -259,7 +259,7 @@ def test_run_autograder_says_its_a_container_per_submission(layout):
     direct = [sys.executable, "-m", "gpucourse.grading.grader.gradescope", "run", "--root", str(root)]
     practice = _grade(root, "solution", bare, direct)
     assert practice["score"] == boxed["score"] and practice["extra_data"]["mode"] == "practice", practice["extra_data"]
-    assert practice["extra_data"]["reason"].startswith("practice only: no bubblewrap's allow-list")
+    assert practice["extra_data"]["reason"].startswith("practice only: without bubblewrap's allow-list")
     assert "Practice grade: the kernel was not isolated enough for a mark to upload." in practice["output"]
     check = _verify(root, bare)
     assert check.returncode == 1 and check.stdout.startswith(f"PRACTICE {root / 'results' / 'results.json'}: "), \

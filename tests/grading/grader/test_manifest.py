@@ -16,7 +16,7 @@ def key(tmp_path, monkeypatch):
     return tmp_path / "keys" / "grading.key"
 
 
-PRACTICE = "practice only: no bubblewrap's allow-list (or a container per submission)"
+PRACTICE = "practice only: without bubblewrap's allow-list (or a container per submission)"
 
 
 def _report(learner, mode="summative", status="graded"):

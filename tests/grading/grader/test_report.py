@@ -68,5 +68,5 @@ def test_table_lists_items_sources_messages_errors_and_reasons():
 
 
 def test_table_says_a_practice_grade_and_why():
-    rep = GradeReport("a.ipynb", "01", "graded", "practice only: no bubblewrap's allow-list", mode="practice")
-    assert rep.table().splitlines()[1] == "status: graded (practice): practice only: no bubblewrap's allow-list"
+    rep = GradeReport("a.ipynb", "01", "graded", "practice only: without bubblewrap's allow-list", mode="practice")
+    assert rep.table().splitlines()[1] == "status: graded (practice): practice only: without bubblewrap's allow-list"

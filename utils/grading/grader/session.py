@@ -297,6 +297,8 @@ class KernelSession:
                 if not self.km.is_alive():
                     return "dead", error
                 continue
+            except Exception:  # noqa: BLE001 (the kernel's messages no longer parse: it broke its own channel)
+                return "dead", error
             if msg.get("parent_header", {}).get("msg_id") != msg_id:
                 continue
             kind, content = msg["msg_type"], msg["content"]
