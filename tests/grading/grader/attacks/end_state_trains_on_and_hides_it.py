@@ -20,6 +20,7 @@ def train_resumable(strategy, model, optimizer, step_fn, dataset, steps, checkpo
         if died is None:
             if k % save_every == 0:
                 _memo.update(step=k, values=[v.numpy() for v in variables])
+                open(f"{checkpoint_dir}/ckpt-{k}", "w").write("a marker")  # the folder changes at each save (the check reads it at on_step)
             try:
                 on_step(k)
             except BaseException as exc:  # the kill, caught: training goes on
