@@ -464,3 +464,28 @@ def test_a_look_keeps_the_collector_out_of_the_thread_list_so_it_cannot_deadlock
     assert result.returncode == 0, result.stderr
     assert result.stdout == "looked 20 True\n"
     assert len(result.looks()) == 20
+
+
+def test_a_process_started_through_a_frozen_standard_module_is_flagged_at_the_learners_line():
+    """``os`` is a frozen module in CPython 3.11 (its frames are ``<frozen os>``): ``os.popen`` is the standard
+    library acting for its caller, as ``subprocess`` is, not the import system."""
+    result = run("import os\nos.popen('true').read()\n")
+    assert result.returncode == 0, result.stderr
+    assert ("process", "subprocess.Popen", result.at(2)) in result.flags()
+
+
+def test_a_forked_child_sends_nothing_on_the_parents_connection():
+    """A child shares the parent's socket and its record numbers: its records would corrupt the stream (the
+    grader would read every later record as forged). The fork itself is flagged; the child stays quiet."""
+    result = run("""
+        import os, sys
+        pid = os.fork()
+        if pid == 0:
+            sys._getframe()
+            os._exit(0)
+        os.waitpid(pid, 0)
+        sys._getframe()
+        """)
+    assert result.returncode == 0, result.stderr
+    assert not result.broken, result.broken
+    assert [(c, d) for c, d, _ in result.flags()] == [("process", "os.fork"), ("introspection", "sys._getframe")]

@@ -121,7 +121,12 @@ def install(protocol: dict, address: str, token: str, key: bytes, grader_code=()
     unsent: dict = {}  # tripwire-error flags that could not be sent when they happened (no stack left)
     grader_code, compiled = frozenset(grader_code), []  # file names of grader code compiled, not yet run
 
+    pid = os.getpid()
+    getpid = os.getpid
+
     def send(kind: str, body) -> None:
+        if getpid() != pid:  # a forked child shares the socket: its records would corrupt the parent's stream
+            return
         with lock:
             frame = encode(key, seq[0], kind, body)
             seq[0] += 1  # before writing: sendall reports an interrupt that came after it wrote the whole frame
@@ -145,8 +150,13 @@ def install(protocol: dict, address: str, token: str, key: bytes, grader_code=()
                 return "learner", "code whose name is not a str"
             if name.startswith("<gpucourse-"):
                 return "grader", name
-            if name.startswith("<frozen"):  # the import system: it compiles and runs every module it imports
+            if name.startswith("<frozen importlib"):  # the import system: it compiles and runs what it imports
                 if skip != "library":  # what a module does while imported is the import's (ctypes, logging)
+                    return "library", name
+                frame = frame.f_back
+                continue
+            if name.startswith("<frozen"):  # a frozen standard module (os, codecs): stdlib code, as on disk
+                if skip == "none":
                     return "library", name
                 frame = frame.f_back
                 continue

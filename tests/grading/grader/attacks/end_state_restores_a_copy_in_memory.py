@@ -17,5 +17,6 @@ def train_resumable(strategy, model, optimizer, step_fn, dataset, steps, checkpo
         losses.append(float(step_fn(batch)))
         if k % save_every == 0:
             _copy.update(step=k, values=[v.numpy() for v in variables])
+            open(f"{checkpoint_dir}/ckpt-{k}", "w").write("a marker")  # the folder changes at each save
         on_step(k)
     return losses
