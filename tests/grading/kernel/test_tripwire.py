@@ -28,7 +28,8 @@ def test_it_says_hello_then_nothing_for_code_that_does_nothing_of_note():
     ("import sys; sys._current_frames()", "sys._current_frames"),
     ("import inspect; inspect.stack()", "sys._getframe"),          # through the wrapper: the learner's line
     ("import inspect; inspect.currentframe()", "sys._getframe"),
-    ("import traceback; traceback.extract_stack()", "sys._getframe"),
+    ("import traceback; next(traceback.walk_stack(None))", "sys._getframe"),
+    ("import logging; logging.currentframe()", "sys._getframe"),
     ("import gc; gc.get_objects()", "gc.get_objects"),
     ("import gc; gc.get_referrers(gc)", "gc.get_referrers"),
 ])
@@ -489,3 +490,14 @@ def test_a_forked_child_sends_nothing_on_the_parents_connection():
     assert result.returncode == 0, result.stderr
     assert not result.broken, result.broken
     assert [(c, d) for c, d, _ in result.flags()] == [("process", "os.fork"), ("introspection", "sys._getframe")]
+
+
+@pytest.mark.parametrize("line", [
+    "import logging; logging.getLogger('x').warning('honest')",   # findCaller reads frames for the record
+    "import traceback\ntry:\n    1 / 0\nexcept ZeroDivisionError:\n    traceback.print_exc()",
+    "import traceback; traceback.extract_stack()",                  # summaries, no frame objects
+])
+def test_honest_logging_and_tracebacks_are_not_flagged(line):
+    result = run(line)
+    assert result.returncode == 0, result.stderr
+    assert result.flags() == [], result.flags()
