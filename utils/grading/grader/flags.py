@@ -109,12 +109,12 @@ _SUSPICIOUS_ATTRS = {
     "settrace": "tracing", "setprofile": "tracing", "addaudithook": "audit hooks", "audit": "audit hooks",
     "modules": None, "fork": "processes", "_exit": "processes", "kill": "processes", "dup2": "file descriptors",
 }
+#: (Threads, tasks and atexit hooks are no longer scanned for: nothing is read after the checks, every process
+#: is killed first, and the tripwire reports the threads a submission really left running.)
 _SUSPICIOUS_MODULES = {
     "inspect": "frame introspection", "gc": "object walks (gc)", "ctypes": "raw memory (ctypes)",
-    "atexit": "late action (atexit)", "threading": "late action (threads)", "_thread": "late action (threads)",
     "multiprocessing": "processes", "subprocess": "processes", "signal": "signals", "builtins": "builtins",
-    "importlib": "dynamic import", "concurrent": "late action (threads)", "asyncio": "late action (tasks)",
-    "trace": "tracing", "sys.monitoring": "tracing",
+    "importlib": "dynamic import", "trace": "tracing", "sys.monitoring": "tracing",
 }
 _DYNAMIC_CALLS = {"exec", "eval", "compile", "__import__", "breakpoint"}
 
