@@ -298,6 +298,17 @@ def test_known_violations_are_only_in_the_labs_and_the_catalogue_and_name_real_t
         assert term in keys, f"KNOWN names {term!r}, which is no row of {GLOSSARY.name} (rows: {sorted(keys)})"
 
 
+def test_tutorials_point_to_the_zh_lab_first_then_the_english_one():
+    """The glossary's convention for lab pointers ("其他约定"): the zh lab, then 英文版: the English lab."""
+    for po in (ROOT / "notebooks" / "zh-CN").glob("*.po"):
+        for e in i18n.read_po(po.read_text(encoding="utf-8")):
+            if not e.msgctxt or e.obsolete:
+                continue
+            for lab in sorted(set(re.findall(r"`labs/(\d\d_\w+\.ipynb)`", e.msgid))):
+                pointer = f"`labs/zh-CN/{lab}`，英文版：`labs/{lab}`"
+                assert pointer in e.msgstr, f"{po.name} {e.extracted}: the lab pointer must read {pointer!r}"
+
+
 # ----------------------------------------------------------------------------- the check itself
 
 
