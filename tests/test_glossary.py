@@ -17,6 +17,10 @@ catalogue's translations were being rewritten at the same time (labs 03-09), so 
 listed in :data:`KNOWN` as counts per (file, term), for phase 2 to empty. The test fails on any change of such a
 count: a new violation (fix it) or a fixed one (lower the count, or drop the entry). The tutorials and the README
 have no entry and must stay clean.
+
+Two conventions of the glossary's "其他约定" are checked here too: a tutorial points to the zh lab first, then the
+English one; and every zh lab opens with the glossary's feedback-language note, word for word (the labs that do
+not yet are :data:`LAB_NOTE_KNOWN`, for phase 2).
 """
 
 from __future__ import annotations
@@ -307,6 +311,31 @@ def test_tutorials_point_to_the_zh_lab_first_then_the_english_one():
             for lab in sorted(set(re.findall(r"`labs/(\d\d_\w+\.ipynb)`", e.msgid))):
                 pointer = f"`labs/zh-CN/{lab}`，英文版：`labs/{lab}`"
                 assert pointer in e.msgstr, f"{po.name} {e.extracted}: the lab pointer must read {pointer!r}"
+
+
+#: Labs whose first cell does not yet carry the glossary's feedback-language note word for word (lab 09 has none
+#: at all, review E6; the others word it differently, T17): phase 2 of issue 33 empties this set.
+LAB_NOTE_KNOWN = {"03", "04", "06", "07", "08", "09"}
+
+
+def _lab_note() -> str:
+    text = GLOSSARY.read_text(encoding="utf-8")
+    notes = re.findall(r"^ *> (检查结果会用中文显示：.*)$", text, re.M)
+    assert len(notes) == 1, f"{GLOSSARY.name} must quote the labs' feedback-language note once (under 其他约定)"
+    return notes[0].strip()
+
+
+def test_every_zh_lab_opens_with_the_same_feedback_language_note():
+    note = _lab_note()
+    assert "`%env GPUCOURSE_LANG=zh_CN`" in note and "`check(...)`" in note
+    for po in sorted((ROOT / "labs" / "zh-CN").glob("*.po")):
+        first = next(e for e in i18n.read_po(po.read_text(encoding="utf-8")) if e.msgctxt and not e.obsolete)
+        has = note in first.msgstr
+        if po.name[:2] in LAB_NOTE_KNOWN:
+            assert not has, f"{po.name} now has the note: drop {po.name[:2]!r} from LAB_NOTE_KNOWN"
+        else:
+            assert has, (f"{po.name}: the first cell must carry the feedback-language note of {GLOSSARY.name} "
+                         f"word for word:\n{note}")
 
 
 # ----------------------------------------------------------------------------- the check itself
