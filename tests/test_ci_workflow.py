@@ -67,7 +67,8 @@ def test_labs_and_solutions_run_once_through_the_grader():
     assert "labs" not in ini["testpaths"] and "solutions" not in ini["testpaths"], \
         "labs and solutions already run in tests/grading/grader/test_grade_labs.py and tests/grading/grader/test_grade_solutions.py"
     for name in ("test_grade_labs.py", "test_grade_solutions.py"):
-        assert (ROOT / "tests" / "grading" / name).is_file(), f"tests/grading/{name} is what executes them: it must exist"
+        assert (ROOT / "tests" / "grading" / "grader" / name).is_file(), \
+            f"tests/grading/grader/{name} is what executes them: it must exist"
 
 
 @pytest.mark.parametrize("path", SOLUTIONS, ids=[p.stem for p in SOLUTIONS])
