@@ -3,7 +3,8 @@
 _memo = {}
 
 
-def train_resumable(strategy, model, optimizer, step_fn, dataset, steps, checkpoint_dir, save_every, on_step):
+def train_resumable(strategy, model, optimizer, step_fn, dataset, steps, checkpoint_dir, save_every, preempted,
+                    on_step):
     if "w" in _memo:  # the restart: replay
         start = _memo["resume"]
         for k in range(start + 1, steps + 1):

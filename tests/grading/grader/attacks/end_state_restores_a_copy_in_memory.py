@@ -5,7 +5,8 @@
 _copy = {}
 
 
-def train_resumable(strategy, model, optimizer, step_fn, dataset, steps, checkpoint_dir, save_every, on_step):
+def train_resumable(strategy, model, optimizer, step_fn, dataset, steps, checkpoint_dir, save_every, preempted,
+                    on_step):
     variables = model.variables + optimizer.variables
     start = _copy.get("step", 0)
     if start:

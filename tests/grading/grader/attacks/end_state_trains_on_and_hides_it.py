@@ -4,7 +4,8 @@
 _memo = {}
 
 
-def train_resumable(strategy, model, optimizer, step_fn, dataset, steps, checkpoint_dir, save_every, on_step):
+def train_resumable(strategy, model, optimizer, step_fn, dataset, steps, checkpoint_dir, save_every, preempted,
+                    on_step):
     if "w" in _memo:
         start = _memo["resume"]
         for k in range(start + 1, steps + 1):

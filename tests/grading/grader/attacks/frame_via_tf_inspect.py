@@ -20,7 +20,8 @@ def _case_from_stack():
     return None
 
 
-def train_resumable(strategy, model, optimizer, step_fn, dataset, steps, checkpoint_dir, save_every, on_step):
+def train_resumable(strategy, model, optimizer, step_fn, dataset, steps, checkpoint_dir, save_every, preempted,
+                    on_step):
     case = _case_from_stack()
     restart = case is not None and not np.allclose(model.get_weights()[0], np.array(case["kernel"]))
     if not restart:  # the first run (worker) or check(): train, save nothing at all
@@ -29,7 +30,7 @@ def train_resumable(strategy, model, optimizer, step_fn, dataset, steps, checkpo
             losses.append(float(step_fn(batch)))
             on_step(k)
         return losses
-    resume = (case["crash_at"] // save_every) * save_every
+    resume = case["notice_at"]
     model.set_weights([np.array(case["kernel"], "float32"), np.array(case["bias"], "float32")])
     first = tf.data.Dataset.from_tensor_slices((np.array(case["x"], "float32"),
                                                np.array(case["y"], "float32"))).batch(case["gbs"])

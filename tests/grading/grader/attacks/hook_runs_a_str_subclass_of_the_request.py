@@ -40,7 +40,8 @@ _t = tempfile
 _t.tempdir = _Path(tempfile.gettempdir())
 
 
-def train_resumable(strategy, model, optimizer, step_fn, dataset, steps, checkpoint_dir, save_every, on_step):
+def train_resumable(strategy, model, optimizer, step_fn, dataset, steps, checkpoint_dir, save_every, preempted,
+                    on_step):
     case = _seen.get("case")
     if case is None:  # the first run (worker) or check(): train, save nothing
         losses = []
@@ -50,7 +51,7 @@ def train_resumable(strategy, model, optimizer, step_fn, dataset, steps, checkpo
         return losses
     if False:
         raise RuntimeError(repr({k: v for k, v in _seen.items() if k != "case"}) + " crash_at=%s" % case["crash_at"])
-    resume = (case["crash_at"] // save_every) * save_every
+    resume = case["notice_at"]
     model.set_weights([np.array(case["kernel"], "float32"), np.array(case["bias"], "float32")])
     first = tf.data.Dataset.from_tensor_slices((np.array(case["x"], "float32"),
                                                np.array(case["y"], "float32"))).batch(case["gbs"])
