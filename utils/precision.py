@@ -476,6 +476,10 @@ def pick_speedup_bound(device=None, policy: str = "mixed_float16", *, tf32: bool
         return bound(label, None, why_not)
     cc = device.get("compute_capability")
     row = _hardware.find_gpu(name) if name else None
+    if not cc and row is None:  # no compute capability and no data sheet: a plug-in GPU (tensorflow-metal)
+        from ._vendor import explain_not_nvidia
+
+        return bound(label, None, explain_not_nvidia(name))
     if cc is None and row is not None:
         cc = row.cc
     if cc is not None and not _hardware.tensor_core_support(cc)[dtype]:

@@ -316,8 +316,9 @@ MEANING = {"introspection": "read frames or walked objects", "dynamic-code": "ra
 def tripwire_flags(connections: list[list], problems=(), calls: int | None = None) -> list[str]:
     """Review flags from the tripwire's records: one list of ``(kind, body)`` per kernel started.
 
-    ``calls``: how many calls the observer made; the agent raises a look before and after each, so fewer
-    looks than ``2 * calls`` over all connections means the tripwire was silenced. ``problems``: what the
+    ``calls``: how many calls the agents answered; the agent raises a look before and after each, so fewer
+    looks than ``2 * calls`` over all connections means the tripwire was silenced (a call whose kernel hung
+    or died is not counted: it may lack its second look). ``problems``: what the
     listener refused (a connection with a wrong token or a broken frame).
     """
     flags: list[str] = [f"tripwire: {p}" for p in problems]
