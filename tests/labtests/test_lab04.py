@@ -199,3 +199,28 @@ def test_q5_time_up_says_how_far_the_runs_got():
                                           "second": list(range(5, CASE["steps"] + 3)), "at": now})
     assert f"went on past step {CASE['steps']}" in endless
     assert "on_step was never called" in lab04._progress_text(CASE, {"first": []})
+
+
+def test_q5_the_restart_gets_no_data_of_the_first_run():
+    """A restart that read the first run's initial weights and targets from its case could replay that run in
+    memory instead of restoring the checkpoint: it gets only the keys it needs."""
+    calls = []
+
+    class NS:
+        fresh_process = None
+
+        def function(self, name):
+            return lambda *a: None
+
+        def kernel(self, fn, *args):
+            calls.append((fn, args))
+            if fn is lab04._q5_folder:
+                return "/tmp/nowhere"
+            if fn is lab04._first_run_simulated:
+                return {"first": "killed", "first_error": ""}
+            return {"losses": [], "weights": []}
+
+    lab04.q5.observe(NS(), CASE)
+    (fn, args), = [c for c in calls if c[0] is lab04._q5_launch]
+    assert args[-1] is True and set(args[0]) == set(lab04._RESTART_KEYS)
+    assert not {"kernel", "y", "crash_at", "notice_at"} & set(args[0])

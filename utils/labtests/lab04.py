@@ -736,6 +736,10 @@ def _progress_text(case, progress) -> str:
                             "an iterator that never ends (e.g. a dataset with .repeat()).", idle=idle)
 
 
+#: What the restart's launch reads of the case (``_q5_launch`` with ``restart=True``, ``_fresh_run``).
+_RESTART_KEYS = ("steps", "save_every", "gbs", "lr", "momentum", "x", "y_restart", "fresh_kernel", "bias")
+
+
 @item("q5", points=3, title="train_resumable: checkpoint when due or preempted, resume with the whole loss history")
 class q5:
     def cases(rng):
@@ -785,9 +789,10 @@ class q5:
             else:  # check(): the kill simulated in this kernel
                 first = ns.kernel(_first_run_simulated, case, folder, note_first, preempted)
             # The restart: a new process would build everything again, from *other* initial weights, and here
-            # the data after the checkpoint differs too.
+            # the data after the checkpoint differs too. It gets only what it needs: not the first run's initial
+            # weights or targets, which a restart that replays instead of restoring would use.
             progress["second"] = []
-            end = ns.kernel(_q5_launch, case, folder, never, note_second, True)
+            end = ns.kernel(_q5_launch, {k: case[k] for k in _RESTART_KEYS}, folder, never, note_second, True)
             return {**first, "first_steps": progress["first"], "first_folders": progress["folders"],
                     "asked": progress["asked"], "second_steps": progress["second"], "losses": end["losses"],
                     "weights": end["weights"]}

@@ -2,7 +2,8 @@
 # wrapper of inspect.stack in site-packages) gives the restart the frame of q5's launch function in the kernel,
 # whose case holds the first run's data; the restart replays that run in memory and saves nothing on disk. The
 # tripwire counts tf_inspect's frames as their caller's, like inspect's: the frame read is flagged for review.
-# (The case should not reach the restart at all: see signal_handler_reads_the_restart_case.)
+# The restart's case no longer holds the first run's data (q5 hands the restart only the keys it needs), so
+# the replay fails on the missing initial weights; the frame read is flagged all the same.
 import numpy as np
 import tensorflow as tf
 from tensorflow.python.util import tf_inspect as _ti
