@@ -28,7 +28,8 @@ def test_it_says_hello_then_nothing_for_code_that_does_nothing_of_note():
     ("import sys; sys._current_frames()", "sys._current_frames"),
     ("import inspect; inspect.stack()", "sys._getframe"),          # through the wrapper: the learner's line
     ("import inspect; inspect.currentframe()", "sys._getframe"),
-    ("import traceback; traceback.extract_stack()", "sys._getframe"),
+    ("import traceback; next(traceback.walk_stack(None))", "sys._getframe"),
+    ("import logging; logging.currentframe()", "sys._getframe"),
     ("import gc; gc.get_objects()", "gc.get_objects"),
     ("import gc; gc.get_referrers(gc)", "gc.get_referrers"),
 ])
@@ -464,3 +465,39 @@ def test_a_look_keeps_the_collector_out_of_the_thread_list_so_it_cannot_deadlock
     assert result.returncode == 0, result.stderr
     assert result.stdout == "looked 20 True\n"
     assert len(result.looks()) == 20
+
+
+def test_a_process_started_through_a_frozen_standard_module_is_flagged_at_the_learners_line():
+    """``os`` is a frozen module in CPython 3.11 (its frames are ``<frozen os>``): ``os.popen`` is the standard
+    library acting for its caller, as ``subprocess`` is, not the import system."""
+    result = run("import os\nos.popen('true').read()\n")
+    assert result.returncode == 0, result.stderr
+    assert ("process", "subprocess.Popen", result.at(2)) in result.flags()
+
+
+def test_a_forked_child_sends_nothing_on_the_parents_connection():
+    """A child shares the parent's socket and its record numbers: its records would corrupt the stream (the
+    grader would read every later record as forged). The fork itself is flagged; the child stays quiet."""
+    result = run("""
+        import os, sys
+        pid = os.fork()
+        if pid == 0:
+            sys._getframe()
+            os._exit(0)
+        os.waitpid(pid, 0)
+        sys._getframe()
+        """)
+    assert result.returncode == 0, result.stderr
+    assert not result.broken, result.broken
+    assert [(c, d) for c, d, _ in result.flags()] == [("process", "os.fork"), ("introspection", "sys._getframe")]
+
+
+@pytest.mark.parametrize("line", [
+    "import logging; logging.getLogger('x').warning('honest')",   # findCaller reads frames for the record
+    "import traceback\ntry:\n    1 / 0\nexcept ZeroDivisionError:\n    traceback.print_exc()",
+    "import traceback; traceback.extract_stack()",                  # summaries, no frame objects
+])
+def test_honest_logging_and_tracebacks_are_not_flagged(line):
+    result = run(line)
+    assert result.returncode == 0, result.stderr
+    assert result.flags() == [], result.flags()

@@ -43,6 +43,11 @@ del _gpucourse_tripwire
 
 #: Modules whose frames count as their caller's for introspection (they hand frames on).
 FRAME_WRAPPERS = ("/inspect.py", "/traceback.py", "/logging/__init__.py", "/tf_inspect.py", "/tf_stack.py")
+#: The functions of those modules that hand frame objects to their caller (``logging.currentframe`` is a lambda).
+#: A frame read inside any other of their functions (``logging.warning`` finding its caller, ``traceback.print_exc``
+#: printing a traceback) stays inside the library: honest code that logs is not flagged.
+FRAME_HANDOUTS = ("stack", "trace", "currentframe", "getouterframes", "getinnerframes", "walk_stack", "walk_tb",
+                  "<lambda>", "_getframe")
 #: Audit events and the category they are flagged under when the submission's code raises them.
 EVENTS = {"sys._getframe": "introspection", "sys._current_frames": "introspection",
           "sys._current_exceptions": "introspection", "object.__getattr__": "introspection",
@@ -67,7 +72,7 @@ def install(protocol: dict, address: str, token: str, key: bytes, grader_code=()
     # submission replaces later (``builtins.len``, ``builtins.type``) must never run inside the hook.
     (type, str, int, len, iter, next, bytes, BaseException, KeyboardInterrupt) = (
         b.type, b.str, b.int, b.len, b.iter, b.next, b.bytes, b.BaseException, b.KeyboardInterrupt)
-    events, anyone, frame_wrappers = dict(EVENTS), dict(ANYONE), tuple(FRAME_WRAPPERS)
+    events, anyone, frame_wrappers, handouts = dict(EVENTS), dict(ANYONE), tuple(FRAME_WRAPPERS), frozenset(FRAME_HANDOUTS)
     import os
     from _hashlib import openssl_sha256
     import signal
@@ -121,7 +126,12 @@ def install(protocol: dict, address: str, token: str, key: bytes, grader_code=()
     unsent: dict = {}  # tripwire-error flags that could not be sent when they happened (no stack left)
     grader_code, compiled = frozenset(grader_code), []  # file names of grader code compiled, not yet run
 
+    pid = os.getpid()
+    getpid = os.getpid
+
     def send(kind: str, body) -> None:
+        if getpid() != pid:  # a forked child shares the socket: its records would corrupt the parent's stream
+            return
         with lock:
             frame = encode(key, seq[0], kind, body)
             seq[0] += 1  # before writing: sendall reports an interrupt that came after it wrote the whole frame
@@ -134,8 +144,10 @@ def install(protocol: dict, address: str, token: str, key: bytes, grader_code=()
         "stdlib" over the standard library's (``subprocess`` starting a process, ``ctypes.CDLL`` loading a library
         for its caller), "library" over every library frame (to say where the learner's code was), "none" over
         none. Only "library" passes over the import system: what a module does while it is imported (ctypes
-        loading libc, logging reading a code object) is not its importer's act.
+        loading libc, logging reading a code object) is not its importer's act. With "wrappers", a frame read is
+        the learner's only when the learner called one of :data:`FRAME_HANDOUTS` (it gets the frames).
         """
+        called = None  # the last wrapper function passed: the one its caller called
         while frame is not None:
             code = frame.f_code
             name = code.co_filename
@@ -145,12 +157,18 @@ def install(protocol: dict, address: str, token: str, key: bytes, grader_code=()
                 return "learner", "code whose name is not a str"
             if name.startswith("<gpucourse-"):
                 return "grader", name
-            if name.startswith("<frozen"):  # the import system: it compiles and runs every module it imports
+            if name.startswith("<frozen importlib"):  # the import system: it compiles and runs what it imports
                 if skip != "library":  # what a module does while imported is the import's (ctypes, logging)
                     return "library", name
                 frame = frame.f_back
                 continue
+            if name.startswith("<frozen"):  # a frozen standard module (os, codecs): stdlib code, as on disk
+                if skip == "none":
+                    return "library", name
+                frame = frame.f_back
+                continue
             if skip != "none" and name.endswith(frame_wrappers):
+                called = code.co_name
                 frame = frame.f_back
                 continue
             if name.startswith(library):
@@ -158,6 +176,8 @@ def install(protocol: dict, address: str, token: str, key: bytes, grader_code=()
                     frame = frame.f_back
                     continue
                 return "library", f"{name}:{frame.f_lineno} {code.co_name}"
+            if skip == "wrappers" and called is not None and called not in handouts:
+                return "library", f"{name}:{frame.f_lineno} {code.co_name}"  # the library kept the frames
             return "learner", f"{name}:{frame.f_lineno} {code.co_name}"
         return "library", ""
 

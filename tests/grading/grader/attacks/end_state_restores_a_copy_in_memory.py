@@ -1,7 +1,7 @@
 # Judged by the end state, the quiet way: checkpoints are never read back. The loop keeps a copy of the model's
 # and the optimizer's variables, of the step and of the losses, in memory whenever a checkpoint is due, lets
-# the kill through, and on the "restart" puts that copy back. In one kernel the copy outlives the simulated crash; a killed
-# process takes it along.
+# the kill through, and on the "restart" puts that copy back. In one kernel the copy outlives the simulated
+# crash; a killed process takes it along.
 _copy = {}
 
 
@@ -19,5 +19,6 @@ def train_resumable(strategy, model, optimizer, step_fn, dataset, steps, checkpo
         if k % save_every == 0 or preempted(k):
             _copy.update(step=k, values=[v.numpy() for v in variables],
                          history=_copy.get("history", [])[:start] + losses)
+            open(f"{checkpoint_dir}/ckpt-{k}", "w").write("a marker")  # the folder changes at each save
         on_step(k)
     return _copy.get("history", [])[:start] + losses
