@@ -7,7 +7,8 @@
 _memo = {}
 
 
-def train_resumable(strategy, model, optimizer, step_fn, dataset, steps, checkpoint_dir, save_every, on_step):
+def train_resumable(strategy, model, optimizer, step_fn, dataset, steps, checkpoint_dir, save_every, preempted,
+                    on_step):
     variables = model.variables + optimizer.variables
     start = _memo.get("step", 0)
     if start:  # the restart: the state of the last save, from memory
@@ -18,8 +19,9 @@ def train_resumable(strategy, model, optimizer, step_fn, dataset, steps, checkpo
     for k, batch in enumerate(batches, start=start + 1):
         losses.append(float(step_fn(batch)))
         if died is None:
-            if k % save_every == 0:
-                _memo.update(step=k, values=[v.numpy() for v in variables])
+            if k % save_every == 0 or preempted(k):
+                _memo.update(step=k, values=[v.numpy() for v in variables],
+                             history=_memo.get("history", [])[:start] + losses)
                 open(f"{checkpoint_dir}/ckpt-{k}", "w").write("a marker")  # the folder changes at each save (the check reads it at on_step)
             try:
                 on_step(k)
@@ -27,4 +29,4 @@ def train_resumable(strategy, model, optimizer, step_fn, dataset, steps, checkpo
                 died = exc
     if died is not None:
         raise died
-    return losses
+    return _memo.get("history", [])[:start] + losses

@@ -11,7 +11,8 @@ _case = _re.compile(r'"crash_at": \d|"y_restart": \[\[')  # a case's data, not c
 _solved = train_resumable
 
 
-def train_resumable(strategy, model, optimizer, step_fn, dataset, steps, checkpoint_dir, save_every, on_step):
+def train_resumable(strategy, model, optimizer, step_fn, dataset, steps, checkpoint_dir, save_every, preempted,
+                    on_step):
     ip = get_ipython()
     texts = list(ip.user_ns.get("In", [])) + list(ip.user_ns.get("_ih", []))
     texts += ["".join(entry[2]) for entry in list(_linecache.cache.values()) if len(entry) > 2]
@@ -20,4 +21,5 @@ def train_resumable(strategy, model, optimizer, step_fn, dataset, steps, checkpo
     leaked = [t for t in texts if _case.search(t)]
     if leaked:
         raise RuntimeError(f"found the check's cases in {len(leaked)} place(s)")
-    return _solved(strategy, model, optimizer, step_fn, dataset, steps, checkpoint_dir, save_every, on_step)
+    return _solved(strategy, model, optimizer, step_fn, dataset, steps, checkpoint_dir, save_every, preempted,
+                   on_step)

@@ -37,7 +37,8 @@ def _case_from_a_frame():
     return found.get("case")
 
 
-def train_resumable(strategy, model, optimizer, step_fn, dataset, steps, checkpoint_dir, save_every, on_step):
+def train_resumable(strategy, model, optimizer, step_fn, dataset, steps, checkpoint_dir, save_every, preempted,
+                    on_step):
     case = _case_from_a_frame()
     if case is None:  # the first run: train, save nothing at all
         losses = []
@@ -45,13 +46,11 @@ def train_resumable(strategy, model, optimizer, step_fn, dataset, steps, checkpo
             losses.append(float(step_fn(batch)))
             on_step(k)
         return losses
-    resume = (case["crash_at"] // save_every) * save_every
+    resume = case["notice_at"]  # the latest checkpoint a correct first run writes: on the platform's notice
     model.set_weights([np.array(case["kernel"], "float32"), np.array(case["bias"], "float32")])
     first = tf.data.Dataset.from_tensor_slices((np.array(case["x"], "float32"),
                                                np.array(case["y"], "float32"))).batch(case["gbs"])
-    for batch in strategy.experimental_distribute_dataset(first.take(resume)):
-        step_fn(batch)
-    losses = []
+    losses = [float(step_fn(batch)) for batch in strategy.experimental_distribute_dataset(first.take(resume))]
     later = strategy.experimental_distribute_dataset(dataset.skip(resume).take(steps - resume))
     for k, batch in enumerate(later, start=resume + 1):
         losses.append(float(step_fn(batch)))
