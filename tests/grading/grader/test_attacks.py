@@ -72,6 +72,8 @@ REQUIRED_CLASSES = (
     "an int subclass whose __int__ runs later", "a probe told apart by its position",
     "os.environ replaced by a proxy", "answers from helpers not on the list", "another checkout of the course",
     "a KeyboardInterrupt from a learner function", "a hang",
+    # issue 35's reworked items
+    "judged by the end state: the loss history kept in memory",
 )
 #: Classes whose outcome still depends on the learner's code in the kernel: each has two attack notebooks.
 TWO_EACH = ("objects the check passes in, mutated", "judged by the end state", "a fake object claiming")
