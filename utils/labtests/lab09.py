@@ -345,8 +345,8 @@ def _q5_spec(case: dict, device: str) -> dict:
 
 def _q5_describe(spec: dict) -> str:
     if spec["kind"] == "matmul":
-        return f"a float32 matmul ({spec['m']}, {spec['k']}) @ ({spec['k']}, {spec['n']})"
-    return f"y = 2 * x over {spec['size']:,} float32 values"
+        return tr("a float32 matmul ({m}, {k}) @ ({k}, {n})", m=spec["m"], k=spec["k"], n=spec["n"])
+    return tr("y = 2 * x over {size} float32 values", size=f"{spec['size']:,}")
 
 
 @item("q5", points=3, title="measure_roof times an op on this device and names the roof that bounds it")
@@ -466,6 +466,8 @@ def _q5_judge_seconds(what: str, seconds: float, done: list) -> None:
 def _q5_judge_units(what: str, nums: dict, flops: float, nbytes: float) -> None:
     """Fail unless tflops and gbs are the FLOPs and bytes over the learner's own seconds, in TFLOP/s and GB/s."""
     seconds = nums["seconds"]
+    units = {"tflops": tr(" Mind the units: 1 TFLOP/s is 1e12 FLOP/s."),
+             "gbs": tr(" Mind the units: 1 GB/s is 1e9 bytes per second.")}
     for key, amount, unit, scale in (("tflops", flops, "TFLOP/s", 1e12), ("gbs", nbytes, "GB/s", 1e9)):
         want, got = amount / seconds / scale, nums[key]
         if math.isclose(got, want, rel_tol=1e-3):
@@ -475,5 +477,5 @@ def _q5_judge_units(what: str, nums: dict, flops: float, nbytes: float) -> None:
         if math.isclose(got, 8 * want, rel_tol=1e-3):
             msg += tr(" That is 8 times too many: bytes, not bits.")
         elif any(math.isclose(got, f * want, rel_tol=1e-3) for f in (1e3, 1e6, 1e9, 1e12)):
-            msg += tr(" Mind the units: {unit} is {scale:g} per second.", unit=unit, scale=scale)
+            msg += units[key]
         raise Fail(msg)
