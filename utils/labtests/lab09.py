@@ -343,6 +343,40 @@ def _q5_spec(case: dict, device: str) -> dict:
     return {"kind": "copy", "size": 64 + int(case["u"][0] * 192)}  # "tiny": a few hundred floats
 
 
+def _q5_runner(tf, fn, device: str):
+    """One call of the op as the queue runs it: on ``device`` (device scopes are per thread), and on a GPU until its
+    kernels have finished (a GPU call returns once they are queued), so that the call's end is the op's end."""
+    def op():
+        with tf.device(device):
+            fn()
+        if device.startswith("GPU"):
+            tf.test.experimental.sync_devices()
+
+    return op
+
+
+def _q5_time_learner(measure_roof, op, first_call_s: float, flops: int, nbytes: int, roof: dict) -> dict:
+    """Call the learner's ``measure_roof`` with ``run``/``sync`` over a :class:`_DeviceQueue` of ``op``; what it
+    returned, and every launch, wait and call on this side's clock."""
+    import time
+
+    queue = _DeviceQueue(op, first_call_s, time.sleep, time.perf_counter)
+
+    # The learner's code gets stand-ins for these two: every call comes back here, to this process's clock.
+    def run():
+        queue.run()
+
+    def sync():
+        queue.sync()
+
+    try:
+        result = outcome(lambda: measure_roof(run, sync, flops, nbytes, roof["peak_tflops"], roof["bandwidth_gbs"]))
+    finally:
+        queue.close()
+    return {"flops": flops, "nbytes": nbytes, "roof": roof, "result": result, "runs": queue.runs,
+            "syncs": queue.syncs, "done": queue.done}
+
+
 def _q5_describe(spec: dict) -> str:
     if spec["kind"] == "matmul":
         return tr("a float32 matmul ({m}, {k}) @ ({k}, {n})", m=spec["m"], k=spec["k"], n=spec["n"])
@@ -359,7 +393,6 @@ class q5:
 
     def observe(ns, case):
         import os
-        import time
 
         os.environ.setdefault("TF_FORCE_GPU_ALLOW_GROWTH", "true")  # this process shares the GPU with the kernel
         import tensorflow as tf
@@ -370,29 +403,9 @@ class q5:
         with tf.device(device):
             fn, flops, nbytes = _q5_op(tf, spec)
 
-        def op():  # runs in the queue's thread (device scopes are per thread)
-            with tf.device(device):
-                fn()
-            if device.startswith("GPU"):
-                tf.test.experimental.sync_devices()
-
-        queue = _DeviceQueue(op, case["first_call_s"], time.sleep, time.perf_counter)
-
-        # The learner's code gets stand-ins for these two: every call comes back here, to this process's clock.
-        def run():
-            queue.run()
-
-        def sync():
-            queue.sync()
-
-        fn_learner = ns.function("measure_roof")
-        try:
-            result = outcome(lambda: fn_learner(run, sync, flops, nbytes, roof["peak_tflops"],
-                                                roof["bandwidth_gbs"]))
-        finally:
-            queue.close()
-        return {"device": device, "op": spec, "flops": flops, "nbytes": nbytes, "roof": roof, "result": result,
-                "runs": queue.runs, "syncs": queue.syncs, "done": queue.done}
+        seen = _q5_time_learner(ns.function("measure_roof"), _q5_runner(tf, fn, device), case["first_call_s"],
+                                flops, nbytes, roof)
+        return {"device": device, "op": spec, **seen}
 
     def judge(case, seen):
         roof, flops, nbytes = seen["roof"], seen["flops"], seen["nbytes"]
