@@ -126,3 +126,14 @@ def test_q5_cases_cover_the_three_bounds():
         cases = lab09.q5.cases(random.Random(seed))
         assert sorted(c["kind"] for c in cases) == ["copy", "matmul", "tiny"]
         assert all(lab09.FIRST_CALL_S[0] <= c["first_call_s"] <= lab09.FIRST_CALL_S[1] for c in cases)
+
+
+def test_q5_queue_abort_waits_for_nothing():
+    """When the item's time is up the check drops the queued calls: the thread ends after the one it runs."""
+    queue = lab09._DeviceQueue(_fake_op(0.1), 0.0, time.sleep, time.perf_counter)
+    for _ in range(20):
+        queue.run()
+    start = time.perf_counter()
+    queue.abort()
+    queue.thread.join(5)
+    assert not queue.thread.is_alive() and time.perf_counter() - start < 0.5 and len(queue.done) <= 2

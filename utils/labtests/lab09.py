@@ -293,12 +293,18 @@ class _DeviceQueue:
         self.syncs.append([arrival, self.now()])
 
     def close(self, limit_s: float = 60.0):
+        """Wait for the queued calls (their times are the check's evidence), then stop the thread."""
         self.sync(limit_s)
         self.syncs.pop()
+        self.abort()
+        self.thread.join(limit_s)
+
+    def abort(self):
+        """Drop the calls not started yet and let the thread end after the one it runs (the item's time is up)."""
         with self.cond:
             self.closed = True
+            self.pending = min(self.pending, 1)
             self.cond.notify_all()
-        self.thread.join(limit_s)
 
 
 _ROOFS: dict = {}
@@ -371,8 +377,10 @@ def _q5_time_learner(measure_roof, op, first_call_s: float, flops: int, nbytes: 
 
     try:
         result = outcome(lambda: measure_roof(run, sync, flops, nbytes, roof["peak_tflops"], roof["bandwidth_gbs"]))
-    finally:
-        queue.close()
+    except BaseException:  # the item's time is up (or the kernel was lost): wait for nothing
+        queue.abort()
+        raise
+    queue.close()
     return {"flops": flops, "nbytes": nbytes, "roof": roof, "result": result, "runs": queue.runs,
             "syncs": queue.syncs, "done": queue.done}
 
