@@ -9,8 +9,14 @@ computes the expected answer on the grader's side:
   or float64) and every Keras 3 optimizer that keeps per-parameter state; the
   judge rebuilds the model and the optimizer with Keras and counts what Keras
   really allocates.
-* q2: random memory models (batch -> bytes) that may raise an out-of-memory
-  error; the judge knows the formula.
+* q2: random memory models (batch -> bytes) as an allocator reports them:
+  rounded, flat at small batches on a CPU, sometimes bending up, raising an
+  out-of-memory error past the device. The check counts what the search spends
+  (the batch sizes it measures) and the judge knows the formula.
+* q6: a real training step of a random MLP, and a step whose one tensor has a
+  secret width, measured by the learner with the allocator's statistics; the
+  check reads the allocator around each call of the step (in the kernel) and the
+  judge bounds what the step's shapes can need.
 * q3: random (effective batch, largest micro-batch) pairs.
 * q4: random data and initial weights; the judge trains the same linear model
   with plain SGD in NumPy.

@@ -5,7 +5,10 @@ devices and steps on the grader's side; ``observe`` calls the learner's function
 and returns the number it gave; ``judge`` computes the answer on the grader's side and, when the answer
 matches a classic mistake (a multiply-add counted as 1 FLOP, the output write forgotten, bits for
 bytes, TFLOP/s against GB/s without the units, the forward pass only, the sparse or the wrong dtype's
-peak), says which. Nothing here uses :mod:`gpucourse.mfu` or :mod:`gpucourse.roofline`.
+peak), says which. q5 is a measurement: the learner's code times an op that runs here, on the trusted side
+(a matmul, a copy and a tiny op on this machine's device, called through ``run``/``sync`` stand-ins), and the
+judge compares the learner's time with this side's clock of the same calls. Nothing here uses
+:mod:`gpucourse.mfu` or :mod:`gpucourse.roofline`.
 Every message goes through ``tr`` (the zh_CN catalogue, ``grading/locale/zh_CN.po``).
 """
 
