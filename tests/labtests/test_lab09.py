@@ -1,5 +1,6 @@
 """Lab 09 q5 without TensorFlow: the check's device queue, and its judge on a fake device whose run() returns before
-the op has finished, as a GPU's does (the GPU path, with fakes: the device it picks, the sizes, the wait for kernels)."""
+the op has finished, as a GPU's does (the GPU path with fakes: the device it picks, the sizes, the wait for
+kernels)."""
 
 import random
 import time
