@@ -844,8 +844,8 @@ class q6:
         call = f"batch_that_fits(step, {batches}, {budget}, {device!r})"
         if "unavailable" in seen:
             raise Fail(tr("TensorFlow keeps no memory statistics for {device} in this kernel ({error}), so nothing "
-                          "can be measured: restart the kernel and run the setup cell first (it turns oneDNN on "
-                          "before TensorFlow starts).", device=device, error=seen["unavailable"]))
+                          "can be measured: restart the kernel and run the setup cell first (before TensorFlow "
+                          "starts, it turns on what keeps them).", device=device, error=seen["unavailable"]))
         res = seen["result"]
         if "raised" in res:
             raise Fail(tr("{call} raised {raised}: {message}", call=call, raised=res["raised"],
