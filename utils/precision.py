@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from . import _tf, _validate
+from ._labrules import answers
 from . import precision_formats as _formats
 from . import precision_hardware as _hardware
 from . import precision_scaling as _scaling
@@ -301,6 +302,7 @@ def memory_by_policy(build_fn: Callable, batch_size: int,
     return MemoryTable(batch_size, rows)
 
 
+@answers('03', 'q6')
 def measure_peak_bytes(fn: Callable, device: str = "CPU:0") -> int:
     """Run ``fn()`` once and return the allocator's peak bytes on ``device`` during the call.
 
