@@ -74,6 +74,7 @@ REQUIRED_CLASSES = (
     "a KeyboardInterrupt from a learner function", "a hang",
     # issue 35's reworked items
     "judged by the end state: the loss history kept in memory",
+    "fabricated measurement: a timing from the roofline model", "fabricated measurement: allocator statistics patched",
 )
 #: Classes whose outcome still depends on the learner's code in the kernel: each has two attack notebooks.
 TWO_EACH = ("objects the check passes in, mutated", "judged by the end state", "a fake object claiming")
