@@ -8,7 +8,8 @@
 PYTHON   ?= python3
 VENV     ?= .venv
 PY       := $(VENV)/bin/python
-# `cpu` installs tensorflow-cpu; on a machine with an NVIDIA GPU use `make lab TF=gpu`.
+# `cpu` installs tensorflow-cpu (on macOS plain tensorflow, which has no CUDA there: pyproject's markers);
+# on a machine with an NVIDIA GPU use `make lab TF=gpu`.
 TF       ?= cpu
 STAMP    := $(VENV)/.installed-$(TF)
 LAB_STAMP := $(VENV)/.installed-lab-$(TF)
@@ -38,7 +39,7 @@ help:
 	@echo "make lab        open the course in JupyterLab (creates .venv on first use)"
 	@echo "make test       run every test: helpers, notebooks, labs, solutions, grader, browser, website"
 	@echo "make test-colab the notebooks, labs and solutions on Colab's TensorFlow/Keras/ipywidgets (.venv-colab)"
-	@echo "make test-cpu-paths  the tutorials' checked outputs again on other CPU code paths (oneDNN AVX2, OpenBLAS Haswell, oneDNN off)"
+	@echo "make test-cpu-paths  the tutorials' checked outputs again on other CPU code paths (oneDNN capped, OpenBLAS Haswell, oneDNN off)"
 	@echo "make test-gpu   on a machine with an NVIDIA GPU: every notebook with the GPU required, then gpu-report.md"
 	@echo "make site       build the course website into $(SITE_OUT)/ from the stored outputs"
 	@echo "make labs       regenerate labs/ from solutions/ (and the Chinese edition: make zh)"
@@ -85,18 +86,26 @@ lab-settings:
 # tests/test_slurm_real.py runs the SLURM template as a one-node cluster. Installs only what is missing and only
 # when we may (root); otherwise it says what is missing: the browser and SLURM tests then skip (fail when CI=true),
 # the grader runs less isolated and says so.
+# Each entry of SYSTEM_DEPS is "package:test", the test a shell command that succeeds when the package is there.
+# apt waits up to APT_LOCK_WAIT seconds for another apt (unattended upgrades on a fresh machine) instead of failing.
+SYSTEM_DEPS := \
+  chromium:'[ -n "$$CHROMIUM" ] || command -v chromium || command -v chromium-browser || command -v google-chrome || command -v google-chrome-stable' \
+  fonts-noto-cjk:'dpkg -s fonts-noto-cjk || fc-list | grep -qi "Noto Sans CJK"' \
+  bubblewrap:'command -v bwrap' \
+  slurmctld:'command -v slurmctld || [ -x /usr/sbin/slurmctld ]' \
+  slurmd:'command -v slurmd || [ -x /usr/sbin/slurmd ]' \
+  slurm-client:'command -v sbatch || [ -x /usr/sbin/sbatch ]' \
+  munge:'command -v munged || [ -x /usr/sbin/munged ]'
+APT_LOCK_WAIT ?= 600
+APT_GET := apt-get -o DPkg::Lock::Timeout=$(APT_LOCK_WAIT)
+
 system-deps:
-	@found="$$CHROMIUM"; for b in chromium chromium-browser google-chrome google-chrome-stable; do \
-	  command -v $$b >/dev/null 2>&1 && found=$$b; done; \
-	missing=""; [ -n "$$found" ] || missing="chromium"; \
-	dpkg -s fonts-noto-cjk >/dev/null 2>&1 || fc-list 2>/dev/null | grep -qi "Noto Sans CJK" || missing="$$missing fonts-noto-cjk"; \
-	command -v bwrap >/dev/null 2>&1 || missing="$$missing bubblewrap"; \
-	for d in slurmctld:slurmctld slurmd:slurmd sbatch:slurm-client munged:munge; do \
-	  command -v $${d%%:*} >/dev/null 2>&1 || [ -x /usr/sbin/$${d%%:*} ] || missing="$$missing $${d#*:}"; done; \
+	@missing=""; for dep in $(SYSTEM_DEPS); do \
+	  sh -c "$${dep#*:}" >/dev/null 2>&1 || missing="$$missing $${dep%%:*}"; done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "installing Debian's$$missing for the tests"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	    echo "installing Debian's$$missing for the tests (waiting up to $(APT_LOCK_WAIT) s for another apt)"; \
+	    $(APT_GET) update -qq && DEBIAN_FRONTEND=noninteractive $(APT_GET) install -y -qq $$missing >/dev/null; \
 	  else \
 	    echo "note: missing$$missing and cannot apt-get install it (see the Makefile's system-deps)"; \
 	  fi; \
@@ -139,8 +148,9 @@ test-colab: colab-env
 
 # Checked outputs (# NBVAL_CHECK_OUTPUT) must be the same on every CPU: CPUs differ in their kernels (oneDNN,
 # OpenBLAS and Eigen pick code by instruction set), so the tutorials run again under nbval with other code paths:
-# oneDNN capped at AVX2 with OpenBLAS on its Haswell kernels, then oneDNN off (.ci/cpu_paths.py says which
-# notebook is left out of which path, and why). Any difference fails.
+# oneDNN capped at AVX2, then at AVX512_CORE, with OpenBLAS on its Haswell kernels, then oneDNN off. Probes on this
+# machine decide which path is new here and which tutorial can run on it (.ci/cpu_paths.py prints what it left
+# out, and why). Any difference fails, and so does a tutorial left with no path but the default.
 test-cpu-paths: env
 	$(PY) .ci/cpu_paths.py --jobs $(JOBS)
 

@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-FIXTURES = ROOT / "tests" / "grading" / "fixtures"
+FIXTURES = ROOT / "tests" / "labtests" / "fixtures"
 LABTESTS = ROOT / "utils" / "labtests"
 DEFAULT_ITEMS = "07:q3,08:q4"
 _MARK = "GPUCOURSE_LOADCHECK "

@@ -1,5 +1,8 @@
 """The set-up promised by the README: dependencies agree, the two commands exist, CI calls them.
 
+Every module of the package imports (in a fresh interpreter, without TensorFlow), and pyproject installs every
+package of it.
+
 Also Colab's stack (`make test-colab`): its pins agree with gpucourse.colab.TESTED, the target installs
 the course the way the setup cell does, and, when run inside that environment
 (GPUCOURSE_COLAB_STACK=1, set by the Makefile), the installed versions are the pinned ones.
@@ -44,11 +47,63 @@ def test_pins_fit_the_course(root):
         assert name in deps, f"{name} is missing from pyproject.toml"
 
 
+#: Imports every module of the package in a fresh interpreter; prints what failed (module -> error), the
+#: modules of the map that the package's attribute does not give, and whether TensorFlow got imported.
+IMPORT_ALL = """
+import importlib, json, pkgutil, sys, traceback
+import gpucourse
+failed = {}
+def broken(name):
+    failed[name] = traceback.format_exc(limit=-1).strip().splitlines()[-1]
+names = [m.name for m in pkgutil.walk_packages(gpucourse.__path__, "gpucourse.", onerror=broken)]
+for name in list(gpucourse._SUBMODULES) + names:
+    name = name if name.startswith("gpucourse.") else "gpucourse." + name
+    try:
+        importlib.import_module(name)
+    except BaseException:
+        broken(name)
+wrong = [n for n in gpucourse._SUBMODULES if "gpucourse." + n not in failed
+         and getattr(gpucourse, n) is not sys.modules["gpucourse." + n]]
+print(json.dumps({"modules": sorted(set(names)), "failed": failed, "wrong": wrong,
+                  "tensorflow": "tensorflow" in sys.modules}))
+"""
+
+
 def test_package_imports_under_its_own_name():
     import gpucourse
 
     assert gpucourse.__file__.replace("\\", "/").endswith("utils/__init__.py")
-    assert "devices" in dir(gpucourse)
+    assert gpucourse.devices.__name__ == "gpucourse.devices"  # an attribute of the map is its module, imported
+
+
+def test_every_module_of_the_package_imports(fresh_python):
+    """Every module of the module map (``gpucourse.<name>``), and every module of its packages (the grader, the
+    kernel's code, the lab tests, the tools), imports in a fresh interpreter without TensorFlow. (``dir()``
+    cannot tell: ``__all__`` lists a module that does not import.)"""
+    import json
+
+    import gpucourse
+
+    out = json.loads(fresh_python(IMPORT_ALL).splitlines()[-1])
+    failed = out["failed"]
+    assert failed == {}, "modules that do not import: " + "; ".join(f"{k}: {v}" for k, v in failed.items())
+    assert out["wrong"] == [], f"gpucourse.<name> is not the module for {out['wrong']}"
+    assert not out["tensorflow"], "importing the package's modules imported TensorFlow: keep its imports lazy"
+    modules = set(out["modules"])
+    assert {f"gpucourse.{n}" for n in gpucourse._SUBMODULES} <= modules
+    for needed in ("gpucourse.grading.grader.runner", "gpucourse.grading.kernel.agent", "gpucourse.grading.protocol",
+                   "gpucourse.labtests.lab01", "gpucourse.tools.labgen"):
+        assert needed in modules, f"{needed} was not found, so not imported"
+
+
+def test_pyproject_installs_every_package(root):
+    """A non-editable install (a wheel, Gradescope's setup.sh) installs only the packages pyproject lists."""
+    setuptools = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
+    utils = root / setuptools["package-dir"]["gpucourse"]
+    found = {".".join(("gpucourse",) + p.parent.relative_to(utils).parts) for p in utils.rglob("__init__.py")
+             if "__pycache__" not in p.parts}
+    assert set(setuptools["packages"]) == found, (f"not installed: {sorted(found - set(setuptools['packages']))}; "
+                                                  f"no such package: {sorted(set(setuptools['packages']) - found)}")
 
 
 def test_readme_commands_exist_and_ci_uses_them(root):
@@ -65,6 +120,32 @@ def test_readme_commands_exist_and_ci_uses_them(root):
     addopts = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["addopts"]
     for opt in ("--nbval-lax", "--nbval-current-env", "--nbval-sanitize-with", "tests.nbval_hooks"):
         assert opt in addopts
+
+
+def test_system_deps_waits_for_the_apt_lock_and_names_what_it_installs(root):
+    """`make system-deps` with missing stand-in packages: apt (here `echo`) gets the lock timeout, and the message
+    separates the words ("Debian's fake-pkg", not "Debian'sfake-pkg")."""
+    import subprocess
+
+    make = (root / "Makefile").read_text()
+    assert re.search(r"^APT_GET := apt-get -o DPkg::Lock::Timeout=\$\(APT_LOCK_WAIT\)$", make, re.M)
+    assert "$(APT_GET) update" in make and "$(APT_GET) install" in make
+    deps = re.search(r"^SYSTEM_DEPS := (.*?)\n(?=\S)", make, re.M | re.S).group(1)
+    assert {"chromium", "fonts-noto-cjk", "bubblewrap", "slurmctld", "slurmd", "slurm-client", "munge"} \
+        <= set(re.findall(r"^\s*([a-z0-9.+-]+):'", deps, re.M))
+    proc = subprocess.run(["make", "-s", "--no-print-directory", "system-deps",
+                           "SYSTEM_DEPS=fake-pkg:'false' other-fake:'exit 1' present:'true'", "APT_GET=echo APT"],
+                          cwd=root, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    if os.geteuid() == 0:
+        assert "installing Debian's fake-pkg other-fake for the tests" in proc.stdout, proc.stdout
+        assert "APT update -qq" in proc.stdout
+    else:
+        assert "note: missing fake-pkg other-fake and cannot apt-get install it" in proc.stdout, proc.stdout
+    assert "present" not in proc.stdout
+    quiet = subprocess.run(["make", "-s", "--no-print-directory", "system-deps", "SYSTEM_DEPS=present:'true'",
+                            "APT_GET=false"], cwd=root, capture_output=True, text=True, timeout=60)
+    assert quiet.returncode == 0 and quiet.stdout == "", quiet.stdout
 
 
 def test_make_lab_installs_the_runtime_only_and_opens_notebook_01_without_the_news_prompt(root, tmp_path):

@@ -54,8 +54,9 @@ Kubernetes or Vertex AI (templates in ``docs/clusters/``), ``i18n`` builds the t
 editions (``notebooks/zh-CN/``, ``labs/zh-CN/``) from the English notebooks plus one PO file each,
 refreshes the PO files and check()'s message catalogue, and reports drift (``make zh``). Private
 plumbing (``_validate``: one argument-checking policy; ``_tf``: the one lazy
-TensorFlow import; ``_probe``: fresh-process probes; ``_simparts``; ``_labrules``:
-which helpers answer a lab item) is not part of the public interface.
+TensorFlow import; ``_probe``: fresh-process probes; ``_vendor``: whether a GPU is an NVIDIA GPU, and
+the message of the NVIDIA-only helpers when it is not; ``_simparts``; ``_labrules``: which helpers answer
+a lab item) is not part of the public interface.
 
 Modules are imported lazily so that ``import gpucourse`` never imports
 TensorFlow (and so never initialises its runtime) by itself.

@@ -10,9 +10,13 @@ ipywidgets are never replaced. Then :func:`setup`
   unless you set it yourself), so that several open notebooks can share one
   GPU instead of the first one reserving all of its memory;
 * turns on oneDNN on CPUs where it is off by default, so CPU memory statistics
-  exist on every machine;
+  exist on every machine; where TensorFlow has no oneDNN (its macOS build) or
+  you turned it off, it turns on TensorFlow's BFC CPU allocator instead, which
+  keeps the same statistics (:func:`keep_cpu_memory_statistics`);
 * prints where it runs and the TensorFlow/Keras versions, and warns about any
-  version outside the range the course is tested with (:data:`TESTED`).
+  version outside the range the course is tested with (:data:`TESTED`), then
+  what differs on this platform (:func:`platform_notes`: no oneDNN, an Apple
+  GPU under ``tensorflow-metal``).
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ import warnings
 # imported directly below, inside functions, which keeps them as lazy as gpucourse._tf does.
 
 __all__ = ["REPO", "BRANCH", "SETUP_CELL", "TESTED", "badge", "colab_url", "kaggle_url", "check_versions",
-           "in_colab", "in_kaggle", "platform", "IMPORT_NOISE", "drop_import_noise", "quiet_import", "require_gpu_if_asked", "setup", "version_problems"]
+           "in_colab", "in_kaggle", "platform", "IMPORT_NOISE", "drop_import_noise", "quiet_import", "require_gpu_if_asked", "setup", "version_problems",
+           "onednn_enabled", "keep_cpu_memory_statistics", "platform_notes"]
 
 #: Packages the setup cell installs *with* their dependencies: none of them may pull in TensorFlow,
 #: Keras or ipywidgets (tests/test_notebook_structure.py checks their metadata). The same pip command
@@ -160,7 +165,7 @@ def drop_import_noise(text: str) -> str:
 
 def setup() -> None:
     """What the setup cell does after installing: memory growth on, oneDNN on, TensorFlow's INFO and WARNING lines off,
-    a quiet import, then :func:`check_versions`.
+    a quiet import, CPU memory statistics where oneDNN is off, then :func:`check_versions` and :func:`platform_notes`.
 
     oneDNN is TensorFlow's default only on CPUs with AVX-512 and newer; without it TensorFlow keeps
     no CPU allocator statistics and ``tf.config.experimental.get_memory_info("CPU:0")`` raises, which
@@ -173,8 +178,88 @@ def setup() -> None:
     # strategy) read as errors in red; errors still show. The same level `make lab` sets; yours is kept.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     quiet_import()
+    bfc = keep_cpu_memory_statistics()
     check_versions()
+    for note in platform_notes(bfc_allocator=bfc):
+        print(note)
     require_gpu_if_asked()
+
+
+def onednn_enabled() -> bool | None:
+    """Whether this TensorFlow runs its oneDNN kernels (``TF_ENABLE_ONEDNN_OPTS`` as TensorFlow read it).
+
+    False for a build without oneDNN (TensorFlow's macOS wheels have none: no ``_MklMatMul``, no
+    ``MklCPUAllocator`` in their libraries) and where oneDNN was turned off; None when TensorFlow cannot
+    say (not installed, or its private flag moved). Imports TensorFlow; does not start its runtime.
+    """
+    try:
+        from tensorflow.python.util import _pywrap_util_port  # private; present from TF 2.4 to 2.21 at least
+    except ImportError:
+        return None
+    return bool(_pywrap_util_port.IsMklEnabled())
+
+
+#: TensorFlow's switch for a BFC allocator on the CPU (read when its runtime creates the CPU device).
+CPU_BFC = "TF_CPU_ALLOCATOR_USE_BFC"
+
+
+def keep_cpu_memory_statistics() -> bool:
+    """Where oneDNN is off, turn on TensorFlow's BFC CPU allocator (``TF_CPU_ALLOCATOR_USE_BFC=true``); True if set.
+
+    Without oneDNN TensorFlow's default CPU allocator keeps no statistics, so
+    ``tf.config.experimental.get_memory_info("CPU:0")`` raises ``ValueError: Allocator stats not available``
+    and topic 03 could not measure anything on a CPU. The BFC allocator keeps them. TensorFlow reads the
+    variable when its runtime creates the CPU device, so this works after the import but not once an op
+    has run. A value you set yourself is kept. Unlike oneDNN's allocator, it also counts tensors under
+    256 KiB. The variable is not recorded as set by the course: a fresh-process probe keeps it, so that it
+    measures what the notebook's kernel would.
+    """
+    if CPU_BFC in os.environ or onednn_enabled() is not False:
+        return False
+    os.environ[CPU_BFC] = "true"
+    return True
+
+
+def _metal_version() -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version("tensorflow-metal")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def platform_notes(bfc_allocator: bool = False, system: str | None = None, onednn: bool | None | str = "ask",
+                   metal: str | None = "ask") -> list[str]:
+    """What behaves differently here than on the Linux x86-64 machines the course is tested on (empty: nothing).
+
+    ``bfc_allocator``: :func:`keep_cpu_memory_statistics` turned the BFC CPU allocator on. ``system``
+    (default ``sys.platform``), ``onednn`` (default :func:`onednn_enabled`) and ``metal`` (the installed
+    ``tensorflow-metal`` version, default: looked up) can be given to see another machine's notes. Nothing
+    here lists devices, so ``CUDA_VISIBLE_DEVICES`` and topic 01's device settings still work afterwards.
+    """
+    system = sys.platform if system is None else system
+    onednn = onednn_enabled() if onednn == "ask" else onednn
+    metal = _metal_version() if metal == "ask" else metal
+    notes = []
+    if system == "darwin":
+        notes.append("macOS: TensorFlow has no CUDA build for macOS, so there is no NVIDIA GPU here: the notebooks "
+                     "take their CPU path" + (" (tensorflow-metal: see below)." if metal else "."))
+    if onednn is False:
+        note = ("oneDNN is off in this TensorFlow (its macOS build has none; elsewhere TF_ENABLE_ONEDNN_OPTS=0 "
+                "turns it off): the CPU runs TensorFlow's own Eigen kernels, on which CI checks the notebooks too.")
+        if bfc_allocator:
+            note += (f" For topic 03's CPU memory statistics (get_memory_info) the course set {CPU_BFC}=true: "
+                     "TensorFlow's BFC allocator keeps them. Unlike oneDNN's allocator it also counts tensors "
+                     "under 256 KiB, so 03's smallest measurements come out larger than its text says.")
+        notes.append(note)
+    if metal:
+        notes.append(f"tensorflow-metal {metal} is installed: TensorFlow shows the Apple GPU as a GPU device "
+                     "(named METAL), which is not an NVIDIA GPU. The notebooks are written and tested for NVIDIA "
+                     "GPUs and CPUs: their NVIDIA tools (nvidia-smi, NVML, compute capability, Tensor Cores, the "
+                     "data-sheet peaks) say they do not apply to it, and GPU cells may fail on it. To run the "
+                     "course as tested, on the CPU: pip uninstall tensorflow-metal, then restart the kernel.")
+    return notes
 
 
 def require_gpu_if_asked() -> None:

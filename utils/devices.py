@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from . import _probe, _tf, _validate
+from ._vendor import explain_not_nvidia
 
 __all__ = [
     "DeviceReport",
@@ -177,8 +178,8 @@ class GPUDetails:
 
     def __str__(self) -> str:
         model = self.model or "unknown model"
-        if self.compute_capability is None:
-            return f"{model}, compute capability unknown (not an NVIDIA GPU?)"
+        if self.compute_capability is None:  # a plug-in GPU (tensorflow-metal's 'METAL'), or details unknown
+            return f"{model}, compute capability unknown: {explain_not_nvidia(self.model)}"
         return f"{model}, compute capability {describe_compute_capability(self.compute_capability, self.model)}"
 
 
@@ -258,6 +259,8 @@ class DeviceReport:
             rows.append(("GPUs", "none: no compute capability, no Tensor Cores (the CPU path)"))
         if self.nvml:
             rows += [(f"NVML GPU {g.index}", str(g).split(": ", 1)[1]) for g in self.nvml]
+        elif self.gpus and all(g.compute_capability is None for g in self.gpus):
+            rows.append(("NVIDIA driver", "not found: the GPUs above are not NVIDIA GPUs (no NVML, no nvidia-smi)"))
         else:
             rows.append(("NVIDIA driver", "not found (no GPU, or no driver)"))
         width = max(len(k) for k, _ in rows)
@@ -345,6 +348,7 @@ def gather_facts() -> dict:
         "cuda_visible_devices": report.cuda_visible_devices,
         "ipywidgets_version": widgets_version,
         "allow_growth_env": os.environ.get("TF_FORCE_GPU_ALLOW_GROWTH"),
+        "not_nvidia_gpus": [g.model or "" for g in report.gpus if g.compute_capability is None],
     }
 
 
@@ -424,6 +428,11 @@ def doctor(facts: dict | None = None, show: bool = True) -> list[Finding]:
         out.append(Finding("warning", "This is a CUDA build of TensorFlow but no NVIDIA driver or GPU was found.",
                            "on a GPU machine install the NVIDIA driver; otherwise nothing to do: the course "
                            "runs on CPU (tensorflow-cpu is a smaller download)"))
+    for name in facts.get("not_nvidia_gpus") or ():  # a plug-in GPU: Apple's tensorflow-metal, ...
+        out.append(Finding("warning", explain_not_nvidia(name or None),
+                           "to run the course as tested, use the CPU: pip uninstall tensorflow-metal (or the "
+                           "plug-in that adds this GPU) and restart the kernel, or hide it with "
+                           "tf.config.set_visible_devices([], 'GPU') before the first op"))
     if tf_gpus and facts.get("allow_growth_env") not in (None, "true", "false"):
         out.append(Finding("warning", f"TF_FORCE_GPU_ALLOW_GROWTH={facts['allow_growth_env']!r} is not 'true' "
                            "or 'false' and will be ignored.", "export TF_FORCE_GPU_ALLOW_GROWTH=true"))

@@ -85,7 +85,7 @@ def global_batch_size(per_replica: int, strategy_or_replicas) -> int:
     return per_replica * _replicas_of(strategy_or_replicas)
 
 
-@answers('04', 'q1', 'q2')
+@answers('04', 'q1')
 def per_replica_batch_size(global_batch: int, strategy_or_replicas) -> int:
     """Examples each replica gets when a step consumes ``global_batch``.
 
@@ -319,7 +319,6 @@ def auto_shard(dataset, num_workers: int, index: int, policy: str = "AUTO", repl
 # --------------------------------------------------------------------------- work to time
 
 
-@answers('04', 'q3')
 def _mse_replica_step(model, optimizer, global_batch: int):
     """One replica's SGD step on mean squared error, averaged over the *global* batch.
 

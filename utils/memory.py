@@ -143,6 +143,7 @@ class PeakMemory:
                 f"{format_bytes(self.after_bytes)} after")
 
 
+@answers('03', 'q6')
 def measure_peak(fn: Callable, *args, device=None, warmup: int = 1, repeats: int = 1, **kwargs) -> PeakMemory:
     """Run ``fn(*args, **kwargs)`` and report the allocator's peak on ``device``.
 

@@ -97,7 +97,10 @@ class _CpuLoad:
 
 
 def default_sources() -> dict[str, Callable[[], float]]:
-    """What to monitor on this machine: each NVIDIA GPU through NVML, else the CPU load through psutil."""
+    """What to monitor on this machine: each NVIDIA GPU through NVML, else the CPU load through psutil.
+
+    NVML reads NVIDIA GPUs only: with an Apple GPU (tensorflow-metal) this is the CPU load, and its name says so.
+    """
     from .devices import nvml_gpus
 
     sources: dict[str, Callable[[], float]] = {}
@@ -138,7 +141,8 @@ def read_nvidia_smi_utilisation(timeout_s: float = 10.0) -> dict[int, float | No
     except FileNotFoundError:
         raise FileNotFoundError(
             "nvidia-smi is not on this machine's PATH, so there is no GPU utilisation to read: nvidia-smi comes "
-            "with the NVIDIA driver, and a machine without it (a laptop, a CPU runtime on Colab or Kaggle) has "
+            "with the NVIDIA driver (an Apple GPU under tensorflow-metal has neither: nvidia-smi and NVML cannot "
+            "read it), and a machine without it (a laptop, a CPU runtime on Colab or Kaggle) has "
             "no NVIDIA GPU that TensorFlow could use either. On Colab choose Runtime > Change runtime type > a "
             "GPU; to watch this machine anyway, use monitor.UtilisationMonitor(), which reads the CPU load "
             "when there is no GPU.") from None

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from . import _tf, _validate
+from ._labrules import answers
 from . import precision_formats as _formats
 from . import precision_hardware as _hardware
 from . import precision_scaling as _scaling
@@ -301,6 +302,7 @@ def memory_by_policy(build_fn: Callable, batch_size: int,
     return MemoryTable(batch_size, rows)
 
 
+@answers('03', 'q6')
 def measure_peak_bytes(fn: Callable, device: str = "CPU:0") -> int:
     """Run ``fn()`` once and return the allocator's peak bytes on ``device`` during the call.
 
@@ -476,6 +478,10 @@ def pick_speedup_bound(device=None, policy: str = "mixed_float16", *, tf32: bool
         return bound(label, None, why_not)
     cc = device.get("compute_capability")
     row = _hardware.find_gpu(name) if name else None
+    if not cc and row is None:  # no compute capability and no data sheet: a plug-in GPU (tensorflow-metal)
+        from ._vendor import explain_not_nvidia
+
+        return bound(label, None, explain_not_nvidia(name))
     if cc is None and row is not None:
         cc = row.cc
     if cc is not None and not _hardware.tensor_core_support(cc)[dtype]:

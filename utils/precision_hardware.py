@@ -111,6 +111,10 @@ def tensor_core_support(cc, name: str | None = None) -> dict[str, bool]:
     ``get_device_details`` or the driver reports it) and those come out
     all False; without a name the answer is the compute capability's.
     """
+    if cc is None:  # TensorFlow reports no compute capability for a GPU that is not NVIDIA's (tensorflow-metal)
+        from ._vendor import explain_not_nvidia
+
+        raise ValueError(f"cc is None, so there are no Tensor Cores to look up: {explain_not_nvidia(name)}")
     cc = parse_compute_capability(cc)
     if lacks_tensor_cores(name):
         return {dtype: False for dtype in TENSOR_CORE_MIN_CC}
@@ -334,7 +338,15 @@ class PolicyAdvice:
 
 
 def recommend_policy(cc=None, name: str | None = None) -> PolicyAdvice:
-    """Advice for a GPU of compute capability ``cc`` (e.g. '8.6') and name ``name``, or for a CPU (``cc`` None)."""
+    """Advice for a GPU of compute capability ``cc`` (e.g. '8.6') and name ``name``, or for a CPU (``cc`` None).
+
+    A ``name`` without ``cc`` is a GPU that is not NVIDIA's (tensorflow-metal's 'METAL'): no advice from data here.
+    """
+    if cc is None and name is not None:
+        from ._vendor import explain_not_nvidia
+
+        return PolicyAdvice("float32", f"{explain_not_nvidia(name)} The course has no Tensor Core data for it: "
+                                       "float32 is the safe choice; measure mixed_float16 there before using it")
     if cc is None:
         return PolicyAdvice("float32", "a CPU without float16/bfloat16 matrix units gains nothing from mixed "
                                        "precision and usually runs slower: keep float32")

@@ -190,7 +190,11 @@ def measure_matmul(dtype: str, shapes: Sequence | None = None, device: str | Non
 def measure_matmul_peaks(dtypes: Sequence[str] | None = None, device: str | None = None,
                          shapes: Sequence | None = None, repeats: int = 5,
                          warmup_s: float | None = None) -> list[MatmulResult]:
-    """:func:`measure_matmul` for each of ``dtypes`` (default: :func:`device_dtypes` of the device)."""
+    """:func:`measure_matmul` for each of ``dtypes`` (default: :func:`device_dtypes` of the device).
+
+    A GPU without a compute capability is not an NVIDIA GPU (tensorflow-metal's): by default it measures float32
+    only, and warns why (no Tensor Core formats are known for it).
+    """
     tf = _tf()
     if device is None:
         device = "GPU:0" if tf.config.list_logical_devices("GPU") else "CPU:0"
@@ -201,7 +205,15 @@ def measure_matmul_peaks(dtypes: Sequence[str] | None = None, device: str | None
             from .precision_hardware import gpu_compute_capability
 
             cc = gpu_compute_capability(int(device.rsplit(":", 1)[-1]))
-        dtypes = device_dtypes(kind, cc)
+        if kind == "GPU" and cc is None:
+            import warnings
+
+            from ._vendor import explain_not_nvidia
+
+            gpu = tf.config.list_physical_devices("GPU")[int(device.rsplit(":", 1)[-1])]
+            warnings.warn(f"{explain_not_nvidia(tf.config.experimental.get_device_details(gpu).get('device_name'))} "
+                          "Measuring float32 only.", stacklevel=2)
+        dtypes = device_dtypes(kind, cc) if kind == "CPU" or cc is not None else ["float32"]
     dtypes = [_validate.one_of("dtypes", d, MATMUL_DTYPES) for d in _validate.sequence("dtypes", dtypes, "dtype names")]
     return [measure_matmul(d, shapes, device, repeats, warmup_s=warmup_s) for d in dtypes]
 

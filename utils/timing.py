@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
 from . import _validate
+from ._labrules import answers
 
 __all__ = ["Timing", "Comparison", "time_fn", "compare", "sync", "sync_method", "choose_sync", "percentile",
            "format_seconds"]
@@ -230,6 +231,7 @@ def _timed(fn: Callable, args, kwargs, method: str | None = None) -> float:
     return time.perf_counter() - t0
 
 
+@answers('09', 'q5')
 def time_fn(fn: Callable, *args, warmup: int = 1, repeats: int = 5, name: str | None = None,
             items: int | None = None, **kwargs) -> Timing:
     """Time ``fn(*args, **kwargs)``: ``warmup`` untimed calls, then ``repeats`` timed ones.
@@ -321,6 +323,7 @@ class Comparison:
         p.text(self.table())
 
 
+@answers('09', 'q5')
 def compare(candidates: Mapping[str, Callable], *, warmup: int = 1, repeats: int = 5,
             baseline: str | None = None, bound_s: float | None = None, bound_label: str = "bound",
             items: int | None = None) -> Comparison:

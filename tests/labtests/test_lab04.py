@@ -8,7 +8,7 @@ from gpucourse.grading.items import Fail, KernelLost, ProcessKilled, RaisedInKer
 from gpucourse.labtests import lab04
 
 CASE = lab04.q5.cases(random.Random(4))[0]
-CRASH = CASE["crash_at"]
+CRASH, NOTICE, EVERY = CASE["crash_at"], CASE["notice_at"], CASE["save_every"]
 
 
 class FakeFresh:
@@ -29,7 +29,7 @@ class FakeFresh:
     def kill(self):
         self.killed = True
 
-    def kernel(self, fn, case, folder, on_step, restart):
+    def kernel(self, fn, case, folder, preempted, on_step, restart):
         self.calls.append((fn, folder, restart))
         for k in range(1, self.behave.get("last", case["steps"]) + 1):
             if self.behave.get("raise_at") == k:
@@ -47,7 +47,7 @@ class FakeNS:
 
 def first_run(behave):
     fresh, steps = FakeFresh(behave), []
-    seen = lab04._first_run_killed(FakeNS(fresh), CASE, "/tmp/ckpt", steps.append)
+    seen = lab04._first_run_killed(FakeNS(fresh), CASE, "/tmp/ckpt", steps.append, lambda k: k == NOTICE)
     return seen, steps, fresh
 
 
@@ -75,7 +75,7 @@ def test_a_first_run_that_stops_before_the_crash_step_finished():
 
 
 def judged(**seen):
-    base = {"first": "killed", "first_steps": list(range(1, CRASH + 1)), "first_error": "",
+    base = {"first": "killed", "first_steps": list(range(1, CRASH + 1)), "first_error": "", "asked": [],
             "second_steps": [], "losses": [], "weights": [[[0.0]], [0.0]]}
     with pytest.raises(Fail) as err:
         lab04.q5.judge(CASE, {**base, **seen})
@@ -91,19 +91,76 @@ def test_each_way_the_first_run_fails_has_its_message():
     assert "a killed worker trains no further" in judged(first="went on")  # check()'s simulated kill
 
 
-def test_q3_names_the_replica_mean_even_when_its_loss_matches_by_chance():
-    """A mean of replica means can equal the global mean (here: identical examples); the weights then tell."""
-    gbs, x, y = 7, [[0.5, -0.25]] * 7, [[1.0]] * 7
-    case = {"gbs": gbs, "x": x, "y": y, "kernel": [[0.1], [0.2]], "bias": [0.0], "lr": 0.1}
-    loss, w, b, _ = lab04._sgd_linear(case["kernel"], case["bias"], [(x, y)], case["lr"])
-    seen = {"replicas": 4, "steps": [{"loss": loss[0], "weights": [(w * 0.5).tolist(), b.tolist()]}]}
+def q3_judged(replicas, loss, weights):
+    case = lab04.q3.cases(random.Random(7))[0]
+    seen = {"replicas": replicas, "steps": [{"loss": loss, "weights": [w.tolist() for w in weights]}]}
     with pytest.raises(Fail) as err:
         lab04.q3.judge(case, seen)
-    assert "the loss is right" in str(err.value) and "divided by the replica count" in str(err.value)
-    seen["replicas"] = 1  # an even split: both means agree anyway, so the generic hint
-    with pytest.raises(Fail) as err:
-        lab04.q3.judge(case, seen)
-    assert "divided by the GLOBAL batch size" in str(err.value)
+    return str(err.value)
+
+
+def test_q3_names_each_heads_mistake_from_the_weights_even_when_the_loss_is_right():
+    """The heads are independent: the update of each names its divisor, whatever the reported loss says."""
+    case = lab04.q3.cases(random.Random(7))[0]
+    rows = list(range(case["gbs"]))
+    right, _ = lab04._q3_reference(case, case["weights"], rows, 4)
+    _, local_main = lab04._q3_reference(case, case["weights"], rows, 4, main="local")
+    msg = q3_judged(4, right, local_main)
+    assert "the loss is right" in msg and "divided per replica by its own share" in msg
+    assert "auxiliary loss" not in msg and "regularisation" not in msg
+    _, per_replica_l2 = lab04._q3_reference(case, case["weights"], rows, 4, aux="examples", l2="per_replica")
+    msg = q3_judged(4, right, per_replica_l2)
+    assert "averaged over all examples" in msg and "counted 4 times" in msg and "own share" not in msg
+
+
+def test_q3_an_empty_replica_and_a_replica_without_labels_are_in_every_split():
+    """5 examples per step: TensorFlow leaves a replica empty over 4 or 8 replicas, and the replica holding the
+    fifth example alone (over 4) has no label, so local divisors are 0 there."""
+    case = lab04.q3.cases(random.Random(3))[0]
+    assert lab04._split(case["gbs"], 4) == [2, 2, 1, 0] and lab04._split(case["gbs"], 8)[-1] == 0
+    for step in range(len(case["x"]) // case["gbs"]):
+        labels = case["has_aux"][step * case["gbs"]:(step + 1) * case["gbs"]]
+        assert labels[0] == 1.0 and labels[4] == 0.0
+    import numpy as np
+
+    nan = [np.full(np.shape(w), np.nan) for w in lab04.q3.cases(random.Random(7))[0]["weights"]]
+    assert "became NaN" in q3_judged(4, float("nan"), nan)
+
+
+def test_q3_reference_matches_one_device_on_the_whole_batch():
+    """The right variant does not depend on the replica count: it is one device's step."""
+    import numpy as np
+
+    case = lab04.q3.cases(random.Random(5))[0]
+    rows = list(range(case["gbs"]))
+    one = lab04._q3_reference(case, case["weights"], rows, 1)
+    for replicas in (2, 3, 4, 8):
+        loss, after = lab04._q3_reference(case, case["weights"], rows, replicas)
+        assert np.isclose(loss, one[0]) and all(np.allclose(a, b) for a, b in zip(after, one[1]))
+
+
+def test_q2_deals_each_pipelines_batches_to_its_replicas_in_turn():
+    case = {"pipelines": 2, "replicas": 4}
+    pipes = [{"batches": [{"x": [i]} for i in (0, 1, 4, 5)]}, {"batches": [{"x": [i]} for i in (2, 3, 6)]}]
+    assert lab04._q2_steps(case, pipes) == [[[0], [1], [2], [3]], [[4], [5], [6], []]]
+    assert lab04._array_split(10, 4) == [3, 3, 2, 2] and lab04._array_split(3, 4) == [1, 1, 1, 0]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_q2_and_q5_cases_test_what_they_claim(seed):
+    """q2: the uneven global batches split differently by TensorFlow's rule; q5: the notice comes after a step
+    that is not due, with a periodic checkpoint before it, and the kill before the next due step."""
+    from gpucourse.distribute import replica_split
+
+    for case in lab04.q2.cases(random.Random(seed)):
+        if "gbs" in case and case["gbs"] % case["replicas"] and case["replicas"] > 2:
+            assert replica_split(case["gbs"], case["replicas"]) != lab04._array_split(case["gbs"], case["replicas"])
+        if "n" in case:
+            assert case["n"] % case["gbs"] and case["n"] > case["gbs"]
+    c = lab04.q5.cases(random.Random(seed))[0]
+    every, notice, kill, steps = c["save_every"], c["notice_at"], c["crash_at"], c["steps"]
+    assert notice % every and notice > every and notice < kill < steps
+    assert all(k % every for k in range(notice, kill + 1))
 
 
 def test_q5_the_checkpoint_of_a_due_step_must_be_on_disk_when_on_step_is_called():
@@ -142,3 +199,28 @@ def test_q5_time_up_says_how_far_the_runs_got():
                                           "second": list(range(5, CASE["steps"] + 3)), "at": now})
     assert f"went on past step {CASE['steps']}" in endless
     assert "on_step was never called" in lab04._progress_text(CASE, {"first": []})
+
+
+def test_q5_the_restart_gets_no_data_of_the_first_run():
+    """A restart that read the first run's initial weights and targets from its case could replay that run in
+    memory instead of restoring the checkpoint: it gets only the keys it needs."""
+    calls = []
+
+    class NS:
+        fresh_process = None
+
+        def function(self, name):
+            return lambda *a: None
+
+        def kernel(self, fn, *args):
+            calls.append((fn, args))
+            if fn is lab04._q5_folder:
+                return "/tmp/nowhere"
+            if fn is lab04._first_run_simulated:
+                return {"first": "killed", "first_error": ""}
+            return {"losses": [], "weights": []}
+
+    lab04.q5.observe(NS(), CASE)
+    (fn, args), = [c for c in calls if c[0] is lab04._q5_launch]
+    assert args[-1] is True and set(args[0]) == set(lab04._RESTART_KEYS)
+    assert not {"kernel", "y", "crash_at", "notice_at"} & set(args[0])

@@ -64,8 +64,6 @@ from __future__ import annotations
 
 import copy
 import json
-import math
-import os
 import signal
 import sys
 import threading
@@ -76,6 +74,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Mapping
 
+from .messages import language, tr
 from .protocol import plain, unpack_tuples
 
 __all__ = ["Fail", "ItemResult", "ItemTimeout", "ItemSpec", "KernelLost", "Namespace", "NotDefined", "Observed",
@@ -87,70 +86,6 @@ __all__ = ["Fail", "ItemResult", "ItemTimeout", "ItemSpec", "KernelLost", "Names
 LABTESTS_DIR = Path(__file__).resolve().parent.parent / "labtests"
 _MARK = "__gpucourse_item__"
 _KERNEL_MARK = "__gpucourse_in_kernel__"
-#: The message catalogues: ``zh_CN.po`` translates the English messages (gettext PO, msgid -> msgstr).
-LOCALE_DIR = Path(__file__).resolve().parent / "locale"
-_CATALOGUES: dict = {}
-
-
-def language() -> str:
-    """``"zh_CN"`` or ``"en"``: ``GPUCOURSE_LANG`` if set (``zh_CN``, ``zh-CN``, ``zh``; anything else is
-    English), else ``"zh_CN"`` when the notebook is in a ``zh-CN`` folder (Jupyter's ``JPY_SESSION_NAME``,
-    or the kernel's working folder, which is the notebook's), else ``"en"``."""
-    want = os.environ.get("GPUCOURSE_LANG", "").strip().lower()
-    if want:
-        return "zh_CN" if want.startswith("zh") else "en"
-    places = [os.environ.get("JPY_SESSION_NAME", "")]
-    try:
-        places.append(os.getcwd())
-    except OSError:  # the working folder was deleted
-        pass
-    return "zh_CN" if any("zh-CN" in Path(p).parts for p in places if p) else "en"
-
-
-def _read_catalogue(text: str) -> dict:
-    """msgid -> msgstr of the translated, non-fuzzy entries of PO ``text`` (gpucourse.i18n writes and checks it)."""
-    table: dict = {}
-    entry: dict = {}
-    key = None
-    for line in text.splitlines() + [""]:
-        line = line.strip()
-        if not line:
-            if entry.get("msgid") and entry.get("msgstr") and not entry.get("fuzzy"):
-                table[entry["msgid"]] = entry["msgstr"]
-            entry, key = {}, None
-        elif line.startswith("#"):  # comments, flags, obsolete entries (#~)
-            entry["fuzzy"] = entry.get("fuzzy") or (line.startswith("#,") and "fuzzy" in line)
-        elif line.split(" ", 1)[0] in ("msgctxt", "msgid", "msgstr"):
-            key, _, rest = line.partition(" ")
-            entry[key] = json.loads(rest)
-        elif line.startswith('"') and key:
-            entry[key] += json.loads(line)
-    return table
-
-
-def _catalogue(lang: str) -> dict:
-    if lang not in _CATALOGUES:
-        try:
-            _CATALOGUES[lang] = _read_catalogue((LOCALE_DIR / f"{lang}.po").read_text(encoding="utf-8"))
-        except (OSError, ValueError):  # no catalogue (an install without it), or an unreadable one: English
-            _CATALOGUES[lang] = {}
-    return _CATALOGUES[lang]
-
-
-def tr(msgid: str, **fields) -> str:
-    """``msgid`` in the learner's :func:`language`, then ``str.format(**fields)`` if fields are given.
-
-    A message without a translation, or with a translation whose fields do not fit, stays English.
-    """
-    text = msgid if language() == "en" else _catalogue(language()).get(msgid, msgid)
-    if not fields:
-        return text
-    try:
-        return text.format(**fields)
-    except (KeyError, IndexError, ValueError):
-        return msgid.format(**fields)
-
-
 #: Seconds one item may run before it is stopped (an endless loop in the learner's code).
 ITEM_TIMEOUT_S = 120
 

@@ -71,11 +71,18 @@ class Category(str, Enum):
 
 
 class ProtocolError(ValueError):
-    """A frame that is malformed, too long, out of order or carries a wrong MAC."""
+    """A frame that is malformed, too long, out of order or carries a wrong MAC.
+
+    ``frames``: the good frames the same :meth:`Reader.feed` read before the bad one (they came first, and
+    are as trustworthy as any).
+    """
+
+    frames: list = []
 
 
 _ESCAPES = {i: f"\\u{i:04x}" for i in range(32)}
 _ESCAPES.update({ord('"'): '\\"', ord("\\"): "\\\\"})
+_ESCAPES.update({i: f"\\u{i:04x}" for i in range(0xD800, 0xE000)})  # a lone surrogate cannot be UTF-8
 _FLOATS = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
 
 
@@ -85,7 +92,9 @@ def canonical(value, _type=type, _str=str, _repr=float.__repr__, _int=int.__repr
 
     Pure Python over exact built-in types, with what it uses bound when this module was loaded (the
     kernel's tripwire loads it before any submitted code runs). NaN and infinities are written as Python's
-    ``json`` writes them. TypeError for anything that is not plain data.
+    ``json`` writes them; control characters and lone surrogates (a learner's ``os.fsdecode`` of bytes) as
+    ``\\uXXXX``, so that every text can be sent as UTF-8 and reads back the same. TypeError for anything that
+    is not plain data.
     """
     kind = _type(value)
     if value is None:
@@ -109,22 +118,34 @@ def canonical(value, _type=type, _str=str, _repr=float.__repr__, _int=int.__repr
     raise TypeError(f"{kind.__name__} is not plain data")
 
 
-def mac(key: bytes, seq: int, kind: str, body, _body_text: str | None = None) -> str:
+def mac(key: bytes, seq: int, kind: str, body, _body_text: str | None = None, _digest=_hmac_digest,
+        _canonical=canonical) -> str:
     """HMAC-SHA256 of ``canonical([seq, kind, body])`` under ``key``, as hex."""
-    text = "[" + canonical(seq) + "," + canonical(kind) + "," + (_body_text or canonical(body)) + "]"
-    return _hmac_digest(key, text.encode(), "sha256").hex()
+    text = "[" + _canonical(seq) + "," + _canonical(kind) + "," + (_body_text or _canonical(body)) + "]"
+    return _digest(key, text.encode(), "sha256").hex()
 
 
-def encode(key: bytes, seq: int, kind, body) -> bytes:
-    """One frame, ready to write (TypeError if ``body`` is not plain data)."""
-    kind = Kind(kind).value
-    body_text = canonical(body)
-    tag = mac(key, seq, kind, body, body_text)
-    data = ('{"body":' + body_text + ',"kind":' + canonical(kind) + ',"mac":"' + tag + '","seq":' + canonical(seq)
-            + "}").encode()
-    if len(data) > MAX_FRAME:
-        raise ProtocolError(f"a frame of {len(data)} bytes is over the limit of {MAX_FRAME}")
-    return _LENGTH.pack(len(data)) + data
+#: The kinds' values, for :func:`encode` (which must not call ``Kind(...)``: the tripwire sends from inside its
+#: audit hook, and an enum's metaclass is a class the submission could patch).
+_KIND_VALUES = frozenset(k.value for k in Kind)
+
+
+def encode(key: bytes, seq: int, kind, body, _kinds=_KIND_VALUES, _len=len, _isinstance=isinstance, _str=str,
+           _canonical=canonical, _mac=mac, _pack=_LENGTH.pack, _limit=MAX_FRAME) -> bytes:
+    """One frame, ready to write (TypeError if ``body`` is not plain data, ValueError for an unknown kind).
+
+    What it uses is bound when this module is loaded (the tripwire loads it before any submitted code runs).
+    """
+    kind = _str.__str__(kind) if _isinstance(kind, _str) else kind  # a Kind member is a str: its value
+    if kind not in _kinds:
+        raise ValueError(f"{kind!r} is not a kind of frame")
+    body_text = _canonical(body)
+    tag = _mac(key, seq, kind, body, body_text)
+    data = ('{"body":' + body_text + ',"kind":' + _canonical(kind) + ',"mac":"' + tag + '","seq":'
+            + _canonical(seq) + "}").encode()
+    if _len(data) > _limit:
+        raise ProtocolError(f"a frame of {_len(data)} bytes is over the limit of {_limit}")
+    return _pack(_len(data)) + data
 
 
 class Reader:
@@ -133,7 +154,7 @@ class Reader:
     The first frame must be ``hello``; its role picks the key from ``keys`` (``{role: key}``), unless
     ``role`` says whose frames these are (the agent reading the observer's). Every frame must carry the next
     ``seq`` and a valid MAC; the first one that does not raises :class:`ProtocolError` and the reader reads
-    nothing more.
+    nothing more; the exception's ``frames`` are the good frames of that call, before the bad one.
     """
 
     def __init__(self, keys: dict, role: str | None = None):
@@ -159,10 +180,17 @@ class Reader:
                 out.append(self._check(raw))
         except ProtocolError as exc:
             self.broken = str(exc)
+            exc.frames = out
             raise
         return out
 
     def _check(self, raw: bytes) -> tuple[str, object]:
+        try:
+            return self._check_frame(raw)
+        except RecursionError:  # nested deeper than json or canonical() can go: no frame of ours is
+            raise ProtocolError(f"frame {self.seq} is nested too deeply") from None
+
+    def _check_frame(self, raw: bytes) -> tuple[str, object]:
         try:
             frame = json.loads(raw)
         except ValueError as exc:
@@ -172,10 +200,11 @@ class Reader:
         seq, kind, body, tag = frame["seq"], frame["kind"], frame["body"], frame["mac"]
         if seq != self.seq or type(seq) is not int:
             raise ProtocolError(f"frame {seq!r} came where frame {self.seq} was due (one was forged or lost)")
-        if kind not in {k.value for k in Kind}:
+        if type(kind) is not str or kind not in {k.value for k in Kind}:
             raise ProtocolError(f"frame {seq} has an unknown kind {kind!r}")
         if self.role is None:
-            if kind != Kind.HELLO.value or not isinstance(body, dict) or body.get("role") not in self.keys:
+            if kind != Kind.HELLO.value or not isinstance(body, dict) or type(body.get("role")) is not str \
+                    or body["role"] not in self.keys:
                 raise ProtocolError("the connection did not start with a hello from a known role")
             self.role = body["role"]
         if not isinstance(tag, str) or not _compare_digest(tag, mac(self.keys[self.role], seq, kind, body)):
@@ -197,19 +226,19 @@ def plain(value, _depth: int = 0, tuples: bool = False):
         return {"__type__": "deeply nested", "repr": "..."}
     if value is None or value is True or value is False:
         return value
-    kind = type(value)
-    if isinstance(value, int):
+    kind = type(value)  # not isinstance(), which would ask the object's own __class__
+    if issubclass(kind, int):
         return int.__index__(value)
-    if isinstance(value, float):
+    if issubclass(kind, float):
         return float.__float__(value)
-    if isinstance(value, str):
+    if issubclass(kind, str):
         return str.__str__(value)
-    if isinstance(value, list):
+    if issubclass(kind, list):
         return [plain(v, _depth + 1, tuples) for v in list.__iter__(value)]
-    if isinstance(value, tuple):
+    if issubclass(kind, tuple):
         out = [plain(v, _depth + 1, tuples) for v in tuple.__iter__(value)]
         return {"__tuple__": out} if tuples else out
-    if isinstance(value, dict):
+    if issubclass(kind, dict):
         return {plain_key(k): plain(v, _depth + 1, tuples) for k, v in dict.items(value)}
     mod = getattr(kind, "__module__", "") or ""
     if mod.startswith(("numpy", "ml_dtypes")) and hasattr(value, "tolist"):

@@ -9,8 +9,14 @@ computes the expected answer on the grader's side:
   or float64) and every Keras 3 optimizer that keeps per-parameter state; the
   judge rebuilds the model and the optimizer with Keras and counts what Keras
   really allocates.
-* q2: random memory models (batch -> bytes) that may raise an out-of-memory
-  error; the judge knows the formula.
+* q2: random memory models (batch -> bytes) as an allocator reports them:
+  rounded, flat at small batches on a CPU, sometimes bending up, raising an
+  out-of-memory error past the device. The check counts what the search spends
+  (the batch sizes it measures) and the judge knows the formula.
+* q6: a real training step of a random MLP, and a step whose one tensor has a
+  secret width, measured by the learner with the allocator's statistics; the
+  check reads the allocator around each call of the step (in the kernel) and the
+  judge bounds what the step's shapes can need.
 * q3: random (effective batch, largest micro-batch) pairs.
 * q4: random data and initial weights; the judge trains the same linear model
   with plain SGD in NumPy.
@@ -180,31 +186,68 @@ class q1:
 
 
 def _need(params: dict, n: int) -> int:
-    return params["fixed"] + params["per"] * n + params["quad"] * n * n
+    """The peak of one step at batch ``n`` as an allocator reports it: the state, plus activations that grow a
+    little faster than a line (``quad``), counted only from 256 KiB on when ``hidden`` (a CPU with oneDNN leaves
+    smaller tensors out), rounded up to 256 bytes (the allocators' granularity)."""
+    act = params["per"] * n + params["quad"] * n * n
+    if act < params["hidden"]:
+        act = 0
+    return -(-(params["fixed"] + act) // 256) * 256
 
 
-@item("q2", points=3, title="largest_batch finds the biggest batch within budget in few measurements")
+def _largest(case: dict) -> int | None:
+    """The answer, by bisection on the (never decreasing) memory model; None if not even a batch of 1 fits."""
+    if _need(case, 1) > case["budget"]:
+        return None
+    lo, hi = 1, case["max_batch"]
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if _need(case, mid) <= case["budget"] else (lo, mid - 1)
+    return lo
+
+
+def _allowed_cost(answer: int | None) -> int:
+    """Examples the search may spend: 8 x the answer + 64.
+
+    Why 8: a search that predicts the next size from the bytes it measured (a line through its two nearest
+    measurements, checked against the budget) spends 2 to 6 x the answer on these models (measured on 48,000
+    random cases: the answer itself, the size above it, and one or two predictions that overshoot when the
+    model bends upwards). Doubling then bisecting spends the doubling (2 to 4 x the answer) plus about
+    log2(answer) bisection steps of about the answer each: more than 10 x on every case here with an answer of
+    300 or more. The + 64 leaves room for a few cheap small measurements.
+    """
+    return 8 * (answer or 1) + 64
+
+
+#: The check stops a search that spends this much (a search one size at a time would run for minutes).
+def _stop_cost(answer: int | None) -> int:
+    return 40 * (answer or 1) + 4096
+
+
+@item("q2", points=3, title="largest_batch finds the biggest batch within budget, spending few examples")
 class q2:
     def cases(rng):
         out = []
-        for k in range(7):
-            p = {"fixed": rng.randint(10, 500) * MiB, "per": rng.randint(20, 4000) * 1024,
-                 "quad": rng.choice([0, 0, rng.randint(1, 64)])}  # an attention-like term in some models
-            max_batch = rng.choice([rng.randint(2, 64), rng.randint(500, 20000)])
-            if k == 1:  # everything up to max_batch fits, and bigger batches too
-                max_batch = rng.randint(40, 3000)
-                target = max_batch + rng.randint(max_batch, 4 * max_batch)
-            elif k in (0, 3):  # some measured batch is over the budget (k == 0), the answer is >= 2 (k == 3)
-                max_batch = max(max_batch, 3)
-                target = rng.randint(2, max_batch - 1)
-            else:
-                target = rng.randint(1, max_batch)
+        for k in range(8):
+            hidden = k in (4, 6) or (k > 6 and rng.random() < 0.5)
+            # Activation bytes per example; with hidden, under 128 KiB: batches 1 and 2 measure the same.
+            per = rng.randint(16, 100) * 1024 if hidden else rng.randint(20, 4000) * 1024
+            target = rng.choice([rng.randint(300, 3000), rng.randint(3000, 60000)])
+            cap = {0: "at", 1: "none", 2: "above", 3: "none"}.get(k, rng.choice(["none", "at", "above"]))
+            # An upward bend of at most 5% at the answer, never where batches over the budget have no number.
+            quad = 0 if cap == "at" else rng.choice([0, rng.randint(0, per // (20 * target))])
+            p = {"fixed": rng.randint(10, 500) * MiB, "per": per, "quad": quad,
+                 "hidden": 256 * 1024 if hidden else 0}
+            max_batch = rng.choice([2 * target, 100_000, 1_000_000])
+            if k == 1:  # everything up to max_batch fits
+                max_batch = rng.randint(max(2, target // 4), target - 1)
             # k == 3: the budget is exactly the peak of the answer (it fits: <=).
-            budget = _need(p, target) + (0 if k == 3 else rng.randint(0, p["per"] - 1))
-            # k == 0: every batch over the budget raises ResourceExhaustedError instead of returning a number.
-            capacity = {0: budget, 2: budget + rng.randint(1, 3) * p["per"] * max(1, target // 4)}.get(k)
+            budget = _need(p, target) + (0 if k == 3 else rng.randint(0, per - 1))
+            # "at": every batch over the budget raises ResourceExhaustedError instead of returning a number.
+            capacity = {"none": None, "at": budget,
+                        "above": budget + rng.randint(1, 3) * per * max(1, target // 4)}[cap]
             out.append({**p, "max_batch": max_batch, "budget": budget, "capacity": capacity})
-        p = {"fixed": rng.randint(10, 500) * MiB, "per": rng.randint(20, 4000) * 1024, "quad": 0}
+        p = {"fixed": rng.randint(10, 500) * MiB, "per": rng.randint(20, 4000) * 1024, "quad": 0, "hidden": 0}
         out.append({**p, "max_batch": rng.randint(100, 5000), "budget": p["fixed"] // 2, "capacity": None})
         return out
 
@@ -212,48 +255,64 @@ class q2:
         import tensorflow as tf
 
         fn = ns.function("largest_batch")
-        calls, bad = [], []
+        calls, bad, stopped = [], [], []
+        stop = _stop_cost(_largest(case))
 
         def peak_bytes(n):
             # Runs here, where the check runs (under the grader: its observer process): the learner's code gets a
-            # stand-in that calls back, so the memory model and the count of measurements stay out of its reach.
-            calls.append(n)
-            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            # stand-in that calls back, so the memory model, the calls and their cost stay out of its reach.
+            if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= case["max_batch"]:
                 bad.append(repr(n))
-                raise TypeError(f"a batch size must be a whole number >= 1, got {n!r}")
+                raise TypeError(f"a batch size must be a whole number from 1 to max_batch, got {n!r}")
+            if sum(c for c, _ in calls) + n > stop or len(calls) >= 300:
+                stopped.append(n)
+                raise RuntimeError("the check stopped the search: it spent far more examples than allowed")
             used = _need(case, n)
             if case["capacity"] is not None and used > case["capacity"]:
+                calls.append((n, None))
                 raise tf.errors.ResourceExhaustedError(None, None, f"OOM when allocating tensor for batch {n}")
+            calls.append((n, used))
             return used
 
         result = outcome(lambda: fn(peak_bytes, case["budget"], case["max_batch"]))
-        return {"result": result, "calls": len(calls) - len(bad), "bad": bad[:3],
+        return {"result": result, "calls": [n for n, _ in calls], "bad": bad[:3], "stopped": bool(stopped),
                 "type": _type_name(result.get("value"))}
 
     def judge(case, seen):
-        mx, budget = case["max_batch"], case["budget"]
+        mx, budget, calls = case["max_batch"], case["budget"], seen["calls"]
         formula = (f"peak_bytes(n) = {case['fixed']} + {case['per']}*n"
-                   + (f" + {case['quad']}*n^2" if case["quad"] else ""))
+                   + (f" + {case['quad']}*n^2" if case["quad"] else "")
+                   + (" (activations counted from 256 KiB on)" if case["hidden"] else "")
+                   + ", rounded up to 256 bytes")
         desc = tr("{formula}, budget {budget}, max_batch {max_batch}", formula=formula, budget=budget, max_batch=mx)
-        res = seen["result"]
+        res, want = seen["result"], _largest(case)
+        spent, allowed = sum(calls), _allowed_cost(want)
+        no_number = tr(" Here every batch over the budget runs out of memory, so no measurement above the budget "
+                       "has a number to interpolate with: aim from below, along the line through the two largest "
+                       "batches you measured to fit.") if case["capacity"] == budget else ""
         if seen["bad"]:
-            raise Fail(tr("for {desc}: you called peak_bytes({arg}); a batch size is a whole number >= 1 "
-                          "(bisect with //, not /)", desc=desc, arg=seen["bad"][0]))
+            raise Fail(tr("for {desc}: you called peak_bytes({arg}); a batch size is a whole number from 1 to "
+                          "max_batch (with //, not /)", desc=desc, arg=seen["bad"][0]))
+        if seen["stopped"]:
+            raise Fail(tr("for {desc}: the check stopped your search after {count} measurements of {spent} "
+                          "examples in all; at most {allowed} (8 x the answer + 64) are allowed. Each measurement "
+                          "tells you how many bytes a batch needs: use them to aim at the budget.", desc=desc,
+                          count=len(calls), spent=spent, allowed=allowed) + no_number)
         if res.get("raised") == "ResourceExhaustedError":
             raise Fail(tr("for {desc}: peak_bytes raised ResourceExhaustedError ({message}) and your "
                           "function let it escape: catch tf.errors.ResourceExhaustedError and treat that batch as "
                           "'does not fit'", desc=desc, message=res["message"][:80]))
-        if _need(case, 1) > budget:
+        if want is None:
             return expect_raised(res, tr("for {desc}, largest_batch", desc=desc),
                                  "not even a batch of 1 fits the budget")
         if "raised" in res:
+            values = [_need(case, n) for n in calls]
+            flat = tr(" peak_bytes gave {value} bytes for every batch you measured ({sizes}): at small batches the "
+                      "counters may not grow at all (a CPU leaves out tensors under 256 KiB), so try a larger batch "
+                      "before you take a slope.", value=values[0], sizes=calls) \
+                if len(calls) > 1 and len(set(values)) == 1 else ""
             raise Fail(tr("for {desc}: your function raised {raised}: {message}", desc=desc, raised=res["raised"],
-                          message=res["message"]))
-        lo, hi = 1, mx  # the answer by bisection on the (increasing) formula
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            lo, hi = (mid, hi) if _need(case, mid) <= budget else (lo, mid - 1)
-        want = lo
+                          message=res["message"]) + flat)
         got = res["value"]
         if seen["type"] not in ("int", "int64", "int32"):
             raise Fail(tr("for {desc}: largest_batch should return a whole number (int), got {got}", desc=desc,
@@ -261,18 +320,24 @@ class q2:
         if got > mx:
             raise Fail(tr("for {desc}: returned {got}, more than max_batch={max_batch}; the answer is at most "
                           "max_batch", desc=desc, got=got, max_batch=mx))
+        unmeasured = [n for n in ([got] if got == mx else [got, got + 1]) if n not in calls]
+        if unmeasured:
+            raise Fail(tr("for {desc}: you returned {got} without measuring peak_bytes({n}). A prediction is not a "
+                          "measurement (the bytes are not exactly on a line): return a batch you measured to fit, "
+                          "and measure the next size up too (unless it is max_batch) to know it does not.",
+                          desc=desc, got=got, n=unmeasured[0]))
         if got != want:
             hint = ""
             if got == want - 1 and _need(case, want) == budget:
                 hint = tr(" peak_bytes({want}) is exactly the budget, and a peak equal to the budget fits: "
                           "compare with <=, not <.", want=want)
             raise Fail(tr("for {desc}: expected {want}, got {got}.{hint}", desc=desc, want=want, got=got, hint=hint))
-        allowed = 2 * math.ceil(math.log2(mx)) + 2 if mx > 1 else 2
-        if seen["calls"] > allowed:
-            raise Fail(tr("for {desc}: found {got} but called peak_bytes {calls} times; each call is a real "
-                          "training step, so at most {allowed} (about 2*log2(max_batch)) are allowed: double the "
-                          "batch until it does not fit, then bisect", desc=desc, got=got, calls=seen["calls"],
-                          allowed=allowed))
+        if spent > allowed:
+            raise Fail(tr("for {desc}: found {got}, but your {count} measurements cost {spent} examples (a step on n "
+                          "examples costs n); at most {allowed} (8 x the answer + 64) are allowed. Bisection spends "
+                          "about the answer on each of about log2(answer) steps: use the bytes each measurement "
+                          "returned to aim at the budget.", desc=desc, got=got, count=len(calls), spent=spent,
+                          allowed=allowed) + no_number)
 
 
 # --------------------------------------------------------------------------- q3
@@ -614,3 +679,235 @@ class q5:
             hint = tr("every virtual GPU gets the same share: (total MiB - reserve_mib) // n.")
         raise Fail(tr("{call}: expected memory_limit={want} (MiB) for each of the {n} virtual GPUs, got {limits}. "
                       "{hint}", call=call, want=want, n=n, limits=limits, hint=hint))
+
+
+# --------------------------------------------------------------------------- q6
+
+
+def _q6_device(tf) -> str:
+    """The device ``step`` runs on: TensorFlow places it on the first GPU when there is one, else on the CPU."""
+    return "GPU:0" if tf.config.list_logical_devices("GPU") else "CPU:0"
+
+
+def _q6_build(case: dict, tf):
+    """``run(n)``: one call of the case's step at batch size n (live TensorFlow objects, in the kernel)."""
+    m = case["model"]
+    if m["kind"] == "activations":
+        # A batch of n examples, `width` values each, materialised by one op and reduced: the step's one large
+        # tensor is n * width * 4 bytes (the width is the check's secret: only a measurement finds it).
+        return lambda n: tf.reduce_sum(tf.random.uniform((n, m["width"])))
+    import keras
+
+    keras.utils.set_random_seed(case["seed"])
+    model = keras.Sequential([keras.Input((m["d"],))] + [keras.layers.Dense(h, activation="relu") for h in m["hidden"]]
+                             + [keras.layers.Dense(m["classes"])])
+    optimizer = keras.optimizers.Adam(1e-3)
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+    @tf.function(input_signature=[tf.TensorSpec((None, m["d"])), tf.TensorSpec((None,), tf.int32)])
+    def train(x, y):  # one trace for every batch size
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(x, training=True))
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    def run(n):
+        x = tf.random.normal((n, m["d"]))
+        return train(x, tf.random.uniform((n,), maxval=m["classes"], dtype=tf.int32))
+
+    return run
+
+
+@in_kernel
+def _q6_observe(ns, case):
+    import numbers
+
+    import tensorflow as tf
+
+    device = _q6_device(tf)
+    try:  # allocator statistics: with oneDNN (the setup cell turns it on) or TensorFlow's BFC allocator
+        tf.config.experimental.reset_memory_stats(device)
+        tf.config.experimental.get_memory_info(device)
+    except (ValueError, RuntimeError, tf.errors.OpError) as exc:
+        return {"device": device, "unavailable": f"{type(exc).__name__}: {exc}"}
+    with tf.device(device):
+        run = _q6_build(case, tf)
+        ballast = tf.random.uniform((case["ballast"] // 4,))  # the notebook's other tensors, in use all along
+    log = []  # per call of step: n, then current and peak when it started, then when it ended
+
+    def step(n):
+        if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
+            raise TypeError(f"step takes a batch size, a whole number >= 1, got {n!r}")
+        start = tf.config.experimental.get_memory_info(device)
+        with tf.device(device):
+            loss = run(int(n))
+        # On a GPU the kernels may still run, but every tensor of the step was allocated when its op was launched,
+        # before the call returned: the allocator's counters are complete here, on a GPU as on a CPU.
+        end = tf.config.experimental.get_memory_info(device)
+        log.append([int(n), start["current"], start["peak"], end["current"], end["peak"]])
+        return loss
+
+    fn = ns.function("batch_that_fits")
+    result = outcome(lambda: fn(step, list(case["batches"]), case["budget"], device))
+    del ballast
+    return {"device": device, "result": result, "log": log}
+
+
+#: A call of step that started within this of a reset counts as measured from a reset (the learner's code may
+#: allocate a little between the reset and the call; on a CPU tensors under 256 KiB are not counted anyway).
+_RESET_SLACK = 256 * 1024
+
+
+def _q6_candidates(log: list, n: int, warmup: bool) -> list[int]:
+    """What a right measurement of step(n) reads: for each call of step(n) that started right after a reset (and,
+    with ``warmup``, was not the step's first call ever, which traces it and creates the optimizer's state), the
+    allocator's peak after it (or after the calls of step(n) that follow it at once: a worst of several) minus what
+    was in use when it started."""
+    out = []
+    for i, (k, current, peak, _, _) in enumerate(log):
+        if k != n or (warmup and i == 0) or peak - current > _RESET_SLACK:
+            continue
+        top = 0
+        for j in range(i, len(log)):
+            if log[j][0] != n:
+                break
+            top = max(top, log[j][4])
+            out.append(top - current)
+    return out
+
+
+def _q6_close(value: float, target: float) -> bool:
+    """Equal up to what the learner's own code may allocate between reading the counters and calling step."""
+    return abs(value - target) <= 64 * 1024 + 0.01 * abs(target)
+
+
+def _q6_window(case: dict, n: int, device: str) -> tuple[int, int]:
+    """The least and the most one call of step(n) can need above what was in use, from the step's shapes alone.
+
+    ``activations``: one tensor of n * width * 4 bytes. A BFC allocator (oneDNN's on a CPU, TensorFlow's on a GPU)
+    may hand out a free chunk of up to twice the size asked for without splitting it, and counts the whole chunk:
+    so from 1x to under 2x the tensor (measured here: 1.0x to 1.94x), plus 1 MiB for the scalar and rounding.
+
+    ``mlp`` (a training step of Dense layers with Adam): at the start of the backward pass the batch and every hidden
+    layer's output are alive together (each layer's weight gradient needs its input), so at least 4n(d + sum of
+    the hidden widths) bytes; the cases make each of them at least 256 KiB, the size from which a CPU with oneDNN
+    counts a tensor. At most twice (chunks, as above) every activation, its gradient, the inputs and the labels,
+    4n(2d + 2 x sum(hidden) + 3 classes + 1), plus 4 x the weights (their gradients, Adam's temporaries) and 8 MiB
+    (small tensors and rounding); on a GPU 64 MiB more (cuBLAS may take its workspace from TensorFlow's allocator).
+    Measured here with oneDNN and with TF_CPU_ALLOCATOR_USE_BFC=true (batches 256 to 2048, widths 256 to 768):
+    1.5x to 4.8x the floor, and under half the ceiling.
+    """
+    m = case["model"]
+    if m["kind"] == "activations":
+        size = 4 * n * m["width"]
+        return size, 2 * size + MiB
+    hidden, d, c, weights = sum(m["hidden"]), m["d"], m["classes"], _q6_weights(m)
+    core = 4 * n * (2 * d + 2 * hidden + 3 * c + 1)
+    return 4 * n * (d + hidden), 2 * core + 4 * weights + 8 * MiB + (64 * MiB if device.startswith("GPU") else 0)
+
+
+def _q6_weights(m: dict) -> int:
+    """Bytes of the MLP's weights and biases (float32)."""
+    widths = [m["d"]] + m["hidden"] + [m["classes"]]
+    return 4 * sum(a * b + b for a, b in zip(widths, widths[1:]))
+
+
+@item("q6", points=3, title="batch_that_fits measures each step's peak and picks the largest batch within budget")
+class q6:
+    def cases(rng):
+        d, hidden = rng.choice([256, 384, 512]), [rng.choice([256, 384, 512, 768]) for _ in range(2)]
+        sizes = sorted(rng.sample(range(320, 2049, 32), 3))
+        batches = [sizes[-1], sizes[0], sizes[1]]  # the largest first: a measurement must not inherit its peak
+        mlp = {"kind": "mlp", "d": d, "hidden": hidden, "classes": rng.choice([10, 16, 100])}
+        # Near what the step needs between the middle and the largest batch (activations kept for the backward
+        # pass and their gradients, plus the weights' gradients and Adam's temporaries): which batches fit is up
+        # to the measurement; the check only asks that the decision follows from it.
+        n_mid, w = (sizes[1] + sizes[2]) // 2, _q6_weights(mlp)
+        budget = 4 * n_mid * (2 * d + 2 * sum(hidden)) + 2 * w
+        # The step whose sizes are the check's secret: batches 3x apart, so that each one's window (1x to 2x its
+        # tensor, plus 1 MiB) lies below the next one's; a budget between the middle and the largest batch.
+        width = rng.randint(256, 4096)
+        small = -(-2 * MiB // (4 * width))  # its tensor is at least 2 MiB
+        acts = {"kind": "activations", "width": width}
+        budget_b = 5 * (4 * small * width * 3) // 2  # 2.5 x the middle tensor: over its 2x + 1 MiB, under 3x
+        return [{"model": mlp, "seed": rng.randint(0, 2**31), "batches": batches, "budget": budget,
+                 "ballast": rng.randint(16, 48) * MiB},
+                {"model": acts, "seed": 0, "batches": [9 * small, small, 3 * small], "budget": budget_b,
+                 "ballast": rng.randint(16, 48) * MiB}]
+
+    def observe(ns, case):
+        return ns.kernel(_q6_observe, case)
+
+    def judge(case, seen):
+        device, batches, budget = seen["device"], case["batches"], case["budget"]
+        call = f"batch_that_fits(step, {batches}, {budget}, {device!r})"
+        if "unavailable" in seen:
+            raise Fail(tr("TensorFlow keeps no memory statistics for {device} in this kernel ({error}), so nothing "
+                          "can be measured: restart the kernel and run the setup cell first (before TensorFlow "
+                          "starts, it turns on what keeps them).", device=device, error=seen["unavailable"]))
+        res = seen["result"]
+        if "raised" in res:
+            raise Fail(tr("{call} raised {raised}: {message}", call=call, raised=res["raised"],
+                          message=res["message"]))
+        value = res["value"]
+        if not (isinstance(value, list) and len(value) == 2 and isinstance(value[0], list)):
+            raise Fail(tr("{call} should return a tuple (peaks, best), peaks a list with one number per batch size; "
+                          "got {got}", call=call, got=repr(value)[:200]))
+        peaks, best = value
+        if len(peaks) != len(batches) or not all(isinstance(p, (int, float)) and not isinstance(p, bool)
+                                                 for p in peaks):
+            raise Fail(tr("{call}: peaks should hold one number of bytes per batch size ({count}), in their order; "
+                          "got {peaks}", call=call, count=len(batches), peaks=peaks))
+        log = seen["log"]
+        for n, got in zip(batches, peaks):
+            _q6_judge_peak(case, device, log, n, got, call)
+        fitting = [n for n, p in zip(batches, peaks) if p <= budget]
+        want = max(fitting) if fitting else None
+        if best != want:
+            raise Fail(tr("{call}: with your peaks {peaks} the batch sizes that fit {budget} bytes are {fitting}, so "
+                          "best should be {want}, got {got}. The largest that fits, whatever the order of "
+                          "batch_sizes (None if none fits).", call=call, peaks=peaks, budget=budget,
+                          fitting=fitting, want=want, got=best))
+
+
+def _q6_judge_peak(case: dict, device: str, log: list, n: int, got, call: str) -> None:
+    """Fail unless ``got`` is what the allocator saw during a measured call of step(n), and a peak this step can
+    have; say which classic mistake it matches otherwise."""
+    calls = [i for i, row in enumerate(log) if row[0] == n]
+    lo, hi = _q6_window(case, n, device)
+    where = tr("{call}, batch size {n}", call=call, n=n)
+    if not calls:
+        raise Fail(tr("{where}: you never called step({n}), so {got} is not a measurement of it.", where=where, n=n,
+                      got=got))
+    candidates = _q6_candidates(log, n, warmup=case["model"]["kind"] == "mlp")
+    if any(_q6_close(got, c) for c in candidates):
+        if not lo <= got <= hi:  # the allocator's own numbers, outside what this step can need: not believable
+            raise Fail(tr("{where}: {got} bytes is outside what this step can need ({lo} to {hi} bytes from its "
+                          "shapes): the allocator's counters in this kernel do not look real.", where=where, got=got,
+                          lo=lo, hi=hi))
+        return
+    measured = [log[i][4] - log[i][1] for i in calls]
+    if not any(log[i][2] - log[i][1] <= _RESET_SLACK for i in calls):
+        hint = tr("the allocator's peak was not reset before any call of step({n}): get_memory_info's 'peak' is the "
+                  "highest since the last reset, so it still held an earlier, larger step's peak. Call "
+                  "reset_memory_stats before each measurement.", n=n)
+    elif 0 in calls and case["model"]["kind"] == "mlp" and _q6_close(got, log[0][4] - log[0][1]):
+        hint = tr("you measured the step's first call, which also traces it and creates the optimizer's state. Call "
+                  "step once before you measure.")
+    elif any(_q6_close(got, log[i][4]) for i in calls):
+        hint = tr("that is the allocator's whole peak, with what was already in use before the call (the notebook's "
+                  "other tensors, the model's weights): subtract get_memory_info's 'current' read just before the "
+                  "call.")
+    elif any(_q6_close(got * 2**20, m) or _q6_close(got * 10**6, m) or _q6_close(got * 1024, m) for m in measured):
+        hint = tr("peaks are in bytes: do not convert them to KiB, MiB or MB.")
+    elif got < lo:
+        hint = tr("that is less than this step needs: read 'peak' (the highest since the reset), not 'current' (what "
+                  "is still allocated once the step is over)")
+        if device != "CPU:0":
+            hint += tr(", on the device the step runs on ({device})", device=device)
+        hint += "."
+    else:
+        hint = tr("the allocator's peak during your calls of step({n}) rose by {measured} bytes.", n=n,
+                  measured=measured)
+    raise Fail(tr("{where}: got {got} bytes; {hint}", where=where, got=got, hint=hint))

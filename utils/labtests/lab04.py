@@ -9,12 +9,14 @@ expected answer on the grader's side: batch arithmetic, sharding, and the
 reference training (one device, in NumPy) of q3 and q5, including the wrong
 answers the classic mistakes would give, so the message can name the mistake.
 
-q3 feeds global batches that do not split evenly over the replicas, so only a
-loss divided by the global batch size passes. q5 kills a training run after a
-random step, restarts it on fresh weights and other data, and compares the
-final weights with an uninterrupted run. Under the grader the first run is a
+q2 feeds global batches that do not divide by the replica count, through several input pipelines, and
+compares each step with the global batch one device would train on. q3's model has two heads, an auxiliary
+loss averaged over the labelled examples only and L2 penalties, on batches split unevenly (one replica
+empty), so only divisors summed over the replicas pass. q5 announces a preemption after one step, kills the
+training run a step or more later, restarts it on fresh weights and other data, and compares the final
+weights and the whole loss history with an uninterrupted run. Under the grader the first run is a
 real process (``ns.fresh_process()``: the submission's cells run again in a
-second kernel) killed with SIGKILL from ``on_step``, which runs in the grader,
+second kernel) killed with SIGKILL from ``on_step``, which runs in the grader, as does ``preempted``,
 so only what it saved on disk survives; ``check()`` simulates the kill with an
 exception from ``on_step`` that ``except Exception`` cannot catch.
 Every message goes through ``tr`` (the zh_CN catalogue, ``grading/locale/zh_CN.po``).
@@ -115,9 +117,13 @@ class q1:
 # --------------------------------------------------------------------------- q2
 
 
-def _shard_sizes(n: int, pipelines: int) -> list[int]:
-    """Examples per input pipeline when ``Dataset.shard(pipelines, i)`` splits ``n`` of them."""
-    return [len(range(i, n, pipelines)) for i in range(pipelines)]
+def _array_split(total: int, parts: int) -> list[int]:
+    """``np.array_split``'s sizes: ``total`` examples over ``parts`` replicas, the first ``total % parts`` one more."""
+    return [total // parts + (1 if j < total % parts else 0) for j in range(parts)]
+
+
+def _raised(exc) -> str:
+    return f"{type(exc).__name__}: {str(exc)[:200]}"
 
 
 @in_kernel
@@ -129,48 +135,87 @@ def _q2_observe(ns, case):
     if case.get("through_strategy"):
         strategy = _all_devices_strategy()
         reps = int(strategy.num_replicas_in_sync)
-        gbs = case["per"] * reps
+        gbs = case["per"] * reps + 1  # not a multiple of the replica count (unless there is one replica)
         x = np.arange(gbs * case["rows"], dtype="float32").reshape(-1, 1)
-        dataset_fn = make(x, 3.0 * x, gbs)
-        probe = dataset_fn(tf.distribute.InputContext(num_replicas_in_sync=reps))
-        if not isinstance(probe, tf.data.Dataset):
-            return {"type": type(probe).__name__}
-        first = next(iter(strategy.distribute_datasets_from_function(dataset_fn)))
-        return {"replicas": reps, "gbs": gbs,
-                "sizes": [int(p.shape[0]) for p in strategy.experimental_local_results(first[0])]}
-    n, pipelines = case["n"], case["pipelines"]
+        try:
+            first = next(iter(strategy.distribute_datasets_from_function(make(x, 3.0 * x, gbs))))
+        except NotImplementedError:
+            raise
+        except Exception as exc:  # the judge names the classic one: get_per_replica_batch_size
+            return {"raised": _raised(exc), "replicas": reps, "gbs": gbs, "pipelines": 1}
+        return {"replicas": reps, "gbs": gbs, "parts": [p.numpy().ravel().tolist()
+                                                        for p in strategy.experimental_local_results(first[0])]}
+    n, pipelines, replicas, gbs = case["n"], case["pipelines"], case["replicas"], case["gbs"]
     x = np.arange(n, dtype="float32").reshape(n, 1) + np.float32(case["offset"])
-    fn = make(x, 3.0 * x, case["gbs"])
+    fn = make(x, 3.0 * x, gbs)
+    limit = (replicas // pipelines) * (-(-n // gbs) + 2) + n  # batches of a finite answer, with room to spare
     pipes = []
     for pid in range(pipelines):
         ctx = tf.distribute.InputContext(num_input_pipelines=pipelines, input_pipeline_id=pid,
-                                         num_replicas_in_sync=case["replicas"])
-        ds = fn(ctx)
-        if not isinstance(ds, tf.data.Dataset):
-            return {"type": type(ds).__name__}
-        batches, endless = [], False
-        for i, (xb, yb) in enumerate(ds):
-            if i >= n:  # more batches than examples: it repeats (every batch holds at least one example)
-                endless = True
-                break
-            batches.append({"x": xb.numpy().ravel().tolist(), "y": yb.numpy().ravel().tolist()})
+                                         num_replicas_in_sync=replicas)
+        try:
+            ds = fn(ctx)
+            if not isinstance(ds, tf.data.Dataset):
+                return {"type": type(ds).__name__}
+            batches, endless = [], False
+            for i, (xb, yb) in enumerate(ds):
+                if i >= limit:
+                    endless = True
+                    break
+                batches.append({"x": xb.numpy().ravel().tolist(), "y": yb.numpy().ravel().tolist()})
+        except NotImplementedError:
+            raise
+        except Exception as exc:
+            return {"raised": _raised(exc), "replicas": replicas, "gbs": gbs, "pipelines": pipelines}
         pipes.append({"batches": [] if endless else batches, "endless": endless})
         if endless:
             break
     return {"type": "Dataset", "pipelines": pipes}
 
 
-@item("q2", points=3, title="make_dataset_fn shards per input pipeline and batches per replica")
+def _q2_steps(case, pipes) -> list[list[list[float]]]:
+    """What each replica gets at each step: pipeline p's batches go to its replicas p*r ... p*r + r - 1 in turn
+    (r = replicas / pipelines), as ``distribute_datasets_from_function`` deals them; a pipeline that ends first
+    leaves its replicas empty."""
+    replicas, pipelines = case["replicas"], case["pipelines"]
+    r = replicas // pipelines
+    count = max([-(-len(p["batches"]) // r) for p in pipes] + [0])
+    steps = [[[] for _ in range(replicas)] for _ in range(count)]
+    for p, pipe in enumerate(pipes):
+        for j, batch in enumerate(pipe["batches"]):
+            steps[j // r][p * r + j % r] = batch["x"]
+    return steps
+
+
+def _q2_raised(case, seen):
+    reps, gbs = seen["replicas"], seen["gbs"]
+    hint = ""
+    if "divisible" in seen["raised"] or "multiple" in seen["raised"]:
+        hint = " " + tr("ctx.get_per_replica_batch_size(global_batch_size) refuses a global batch that is not a "
+                        "multiple of the replica count: no single per-replica size exists. Split each global "
+                        "batch yourself, {sizes} here.", sizes=_array_split(gbs, reps))
+    raise Fail(tr("with {pipelines} input pipeline(s), {reps} replicas and global batch {gbs}, your dataset_fn "
+                  "raised {raised}.{hint}", pipelines=seen["pipelines"], reps=reps, gbs=gbs, raised=seen["raised"],
+                  hint=hint))
+
+
+def _q2_uneven(setup, step, sizes, gbs, replicas):
+    raise Fail(tr("{setup}: step {step} holds the right examples, but split {sizes} over the replicas; split it as "
+                  "evenly as possible, as np.array_split does: {want} (the first {extra} replica(s) get one example "
+                  "more).", setup=setup, step=step, sizes=sizes, want=_array_split(gbs, replicas),
+                  extra=gbs % replicas))
+
+
+@item("q2", points=3, title="make_dataset_fn: each step gets one device's global batch, split over the replicas")
 class q2:
     def cases(rng):
         out = []
-        for pipelines, replicas, even in ((2, 4, False), (1, 2, False), (3, 3, True)):
-            per = rng.randint(2, 5)
-            gbs = per * replicas
-            n = gbs * rng.randint(3, 6) * pipelines
-            if not even:  # a data size that does not split evenly: some pipeline ends with a partial batch
-                n += rng.choice([r for r in range(1, per * pipelines * 2)
-                                 if any(size % per for size in _shard_sizes(n + r, pipelines))])
+        # (pipelines, replicas, remainder of the global batch over the replicas): 0 is the tutorial's even case
+        for pipelines, replicas, uneven in ((2, 4, True), (1, 2, True), (3, 3, False)):
+            per = rng.randint(2, 4)
+            # 1 or 2 more than a multiple: TensorFlow's own split (ceil(B / R) each until it runs out) differs
+            gbs = per * replicas + (rng.randint(1, max(1, replicas - 2)) if uneven else 0)
+            n = gbs * rng.randint(1, 2) + rng.randint(1, gbs - 1)  # a last, partial global batch
             out.append({"pipelines": pipelines, "replicas": replicas, "gbs": gbs, "n": n,
                         "offset": rng.randint(0, 1000)})
         return out + [{"through_strategy": True, "per": 2, "rows": 3}]
@@ -181,44 +226,63 @@ class q2:
     def judge(case, seen):
         if "type" in seen and seen["type"] != "Dataset":
             raise Fail(tr("dataset_fn(ctx) should return a tf.data.Dataset, got {kind}", kind=seen["type"]))
+        if "raised" in seen:
+            _q2_raised(case, seen)
         if case.get("through_strategy"):
             reps, gbs = seen["replicas"], seen["gbs"]
-            if seen["sizes"] != [case["per"]] * reps:
-                raise Fail(tr("through strategy.distribute_datasets_from_function with {reps} replicas and global "
-                              "batch {gbs}, each replica should get {per} examples, got {sizes}", reps=reps, gbs=gbs,
-                              per=case["per"], sizes=seen["sizes"]))
+            sizes = [len(p) for p in seen["parts"]]
+            setup = tr("through strategy.distribute_datasets_from_function with {reps} replicas and global batch "
+                       "{gbs}", reps=reps, gbs=gbs)
+            if sorted(v for p in seen["parts"] for v in p) != list(range(gbs)):
+                raise Fail(tr("{setup}, the first step should hold examples 0 to {last}, split {want}; the replicas "
+                              "got {sizes} examples", setup=setup, last=gbs - 1, want=_array_split(gbs, reps),
+                              sizes=sizes))
+            if sizes != _array_split(gbs, reps):
+                _q2_uneven(setup, 1, sizes, gbs, reps)
             return
-        pipelines, replicas, gbs, n = case["pipelines"], case["replicas"], case["gbs"], case["n"]
-        per = gbs // replicas
-        every = []
-        for pipe in seen["pipelines"]:
-            if pipe["endless"]:
-                raise Fail(tr("the dataset seems endless: do not .repeat() it, the training loop decides how long "
-                              "to run"))
-            sizes = [len(b["x"]) for b in pipe["batches"]]
-            if any(size != per for size in sizes[:-1]) or (sizes and not 1 <= sizes[-1] <= per):
-                raise Fail(tr("with {pipelines} input pipeline(s), {replicas} replicas and global batch {gbs}, every "
-                              "batch should hold {per} examples (the per-replica batch; only a pipeline's last batch "
-                              "may hold fewer), got batch sizes {sizes}", pipelines=pipelines, replicas=replicas,
-                              gbs=gbs, per=per, sizes=sorted(set(sizes))))
+        pipelines, replicas, gbs, n, offset = (case["pipelines"], case["replicas"], case["gbs"], case["n"],
+                                               case["offset"])
+        setup = tr("with {pipelines} input pipeline(s), {replicas} replicas, global batch {gbs} and {n} examples",
+                   pipelines=pipelines, replicas=replicas, gbs=gbs, n=n)
+        pipes = seen["pipelines"]
+        if any(pipe["endless"] for pipe in pipes):
+            raise Fail(tr("the dataset seems endless: do not .repeat() it, the training loop decides how long "
+                          "to run"))
+        for pipe in pipes:
             for b in pipe["batches"]:
-                if any(abs(yv - 3.0 * xv) > 1e-3 * max(1.0, abs(xv)) for xv, yv in zip(b["x"], b["y"])):
+                if len(b["x"]) != len(b["y"]) or any(abs(yv - 3.0 * xv) > 1e-3 * max(1.0, abs(xv))
+                                                     for xv, yv in zip(b["x"], b["y"])):
                     raise Fail(tr("the x and y of a batch no longer belong together (y = 3x in this test); "
-                                  "shuffle or shard (x, y) pairs, not x and y separately"))
-                every.extend(b["x"])
-        dropped = n - len(every)
-        if (len(set(every)) == len(every) and 0 < dropped < per * pipelines
-                and all(len(b["x"]) == per for pipe in seen["pipelines"] for b in pipe["batches"])):
-            raise Fail(tr("with {pipelines} input pipeline(s), {n} examples and per-replica batches of {per}, the "
-                          "pipelines together yielded {count} examples: {dropped} were dropped. That is what "
-                          "batch(..., drop_remainder=True) does to each pipeline's last, partial batch. Keep it "
-                          "(leave drop_remainder at False): every example must be seen exactly once.",
-                          pipelines=pipelines, n=n, per=per, count=len(every), dropped=dropped))
-        if len(every) != n or len(set(every)) != n:
-            raise Fail(tr("with {pipelines} input pipeline(s) and {n} examples, the pipelines together should yield "
-                          "each example exactly once; they yielded {count} examples, {distinct} distinct. Shard by "
-                          "ctx.num_input_pipelines and ctx.input_pipeline_id.", pipelines=pipelines, n=n,
+                                  "shuffle, shard or split (x, y) pairs, not x and y separately"))
+        every = sorted(v for pipe in pipes for b in pipe["batches"] for v in b["x"])
+        want_all = [offset + i for i in range(n)]
+        full = (n // gbs) * gbs  # the examples of the full global batches
+        if every != want_all:
+            missing = sorted(set(want_all) - set(every))
+            if len(set(every)) == len(every) and set(every) < set(want_all) and min(missing) >= offset + full:
+                raise Fail(tr("{setup}: the last, partial step should hold the last {rest} examples; {dropped} of "
+                              "them were dropped. That is what batch(..., drop_remainder=True) does. Keep them "
+                              "(leave drop_remainder at False): every example must be seen exactly once.",
+                              setup=setup, rest=n - full, dropped=len(missing)))
+            raise Fail(tr("{setup}: the pipelines together should yield each example exactly once; they yielded "
+                          "{count} examples, {distinct} distinct. Each pipeline must yield only the parts of its "
+                          "own replicas (ctx.num_input_pipelines, ctx.input_pipeline_id).", setup=setup,
                           count=len(every), distinct=len(set(every))))
+        steps = _q2_steps(case, pipes)
+        for s, parts in enumerate(steps):
+            first, last = s * gbs, min((s + 1) * gbs, n) - 1
+            held = sorted(v for part in parts for v in part)
+            sizes = [len(part) for part in parts]
+            if held != [offset + i for i in range(first, last + 1)]:
+                raise Fail(tr("{setup}: step {step} should hold examples {first} to {last} (the global batch one "
+                              "device would train on at that step), split over the replicas as {want}; the "
+                              "replicas got {sizes} examples, from {low} to {high}. The strategy gives pipeline p's "
+                              "batches to its replicas in turn, so each pipeline yields, per step, one batch per "
+                              "replica of its own.", setup=setup, step=s + 1, first=first, last=last,
+                              want=_array_split(last - first + 1, replicas), sizes=sizes,
+                              low=(min(held) - offset) if held else "-", high=(max(held) - offset) if held else "-"))
+            if last - first + 1 == gbs and sizes != _array_split(gbs, replicas):
+                _q2_uneven(setup, s + 1, sizes, gbs, replicas)
 
 
 # --------------------------------------------------------------------------- q3
@@ -245,19 +309,60 @@ def _sgd_linear(kernel, bias, batches, lr, momentum=0.0, velocity=None):
     return losses, w, b, (vw, vb)
 
 
-def _mean_of_replica_means(kernel, bias, x, y, replicas):
-    """The loss a per-replica reduce_mean divided by the replica count gives on an uneven split."""
+#: How each head's per-example errors are weighted, right and in the classic mistakes. ``n``/``labelled``: examples
+#: and labelled examples in the whole step; ``n_r``/``labelled_r``: on the example's own replica; R: replicas.
+_MAIN = {"right": "1 / n", "local": "1 / (n_r R)"}
+_AUX = {"right": "aux has / labelled", "examples": "aux has / n", "local": "aux has / (labelled_r R)",
+        "local_examples": "aux has / (n_r R)"}
+_L2 = {"right": 1, "per_replica": "R", "missing": 0}
+
+
+def _q3_reference(case, weights, rows, replicas, main="right", aux="right", l2="right"):
+    """One SGD step of the two-head model on ``rows`` of the case, with each head's errors weighted as named
+    (see ``_MAIN``, ``_AUX``, ``_L2``); a zero denominator gives 0, as tf.math.divide_no_nan and
+    tf.nn.compute_average_loss do. Returns (loss summed over the replicas, weights after). NumPy, float64."""
     import numpy as np
 
-    w, b = np.array(kernel, float), np.array(bias, float)
-    x, y = np.array(x, float), np.array(y, float)
-    per_example = np.mean((y - (x @ w + b)) ** 2, axis=1)
-    total, start = 0.0, 0
-    for size in _split(len(x), replicas):
-        if size:
-            total += per_example[start:start + size].mean() / replicas
-        start += size
-    return total
+    x = np.array([case["x"][i] for i in rows], float)
+    targets = [np.array([case[key][i] for i in rows], float) for key in ("y_main", "y_aux")]
+    has = np.array([case["has_aux"][i] for i in rows], float)
+    n, sizes = len(rows), _split(len(rows), replicas)
+    replica = np.repeat(np.arange(replicas), sizes)
+    n_r = np.array(sizes, float)[replica]
+    labelled_r = np.array([has[replica == r].sum() for r in range(replicas)])[replica]
+
+    def ratio(num, den):
+        den = np.broadcast_to(np.asarray(den, float), np.shape(num))
+        return np.divide(num, den, out=np.zeros(np.shape(num)), where=den != 0)
+
+    coef = [{"right": ratio(np.ones(n), n), "local": ratio(np.ones(n), n_r * replicas)}[main],
+            {"right": ratio(case["aux"] * has, has.sum()), "examples": ratio(case["aux"] * has, n),
+             "local": ratio(case["aux"] * has, labelled_r * replicas),
+             "local_examples": ratio(case["aux"] * has, n_r * replicas)}[aux]]
+    factor = {"right": 1, "per_replica": replicas, "missing": 0}[l2]
+    loss, after = 0.0, []
+    for head, (c, y) in enumerate(zip(coef, targets)):
+        w, b = np.array(weights[2 * head], float), np.array(weights[2 * head + 1], float)
+        err = y - (x @ w + b)
+        loss += float(np.sum(c * np.mean(err ** 2, axis=1))) + factor * case["l2"] * float(np.sum(w ** 2))
+        d = -2.0 * err * c[:, None] / y.shape[1]
+        after += [w - case["lr"] * (x.T @ d + 2 * factor * case["l2"] * w), b - case["lr"] * d.sum(axis=0)]
+    return loss, after
+
+
+def _two_head_model(strategy, case):
+    """The check's model, under the strategy: two Dense heads on the input ("main", "aux"), each kernel with an
+    L2 penalty, so that ``model.losses`` holds two regularisation losses."""
+    import keras
+    import numpy as np
+
+    with strategy.scope():
+        inputs = keras.Input((len(case["x"][0]),))
+        heads = [keras.layers.Dense(len(case[key][0]), kernel_regularizer=keras.regularizers.L2(case["l2"]),
+                                    name=name)(inputs) for key, name in (("y_main", "main"), ("y_aux", "aux"))]
+        model = keras.Model(inputs, heads)
+    model.set_weights([np.array(w, "float32") for w in case["weights"]])
+    return model
 
 
 @in_kernel
@@ -271,16 +376,16 @@ def _q3_observe(ns, case):
     n = int(strategy.num_replicas_in_sync)
     if n < 2:
         raise Fail(tr("this check needs at least 2 devices: run the setup cell at the top of the lab first"))
-    gbs = case["gbs"]
-    model = _linear_model(strategy, case["kernel"], case["bias"])
+    model = _two_head_model(strategy, case)
     with strategy.scope():
         optimizer = keras.optimizers.SGD(case["lr"])
-    step = make(strategy, model, optimizer, gbs)
-    data = tf.data.Dataset.from_tensor_slices((np.array(case["x"], "float32"), np.array(case["y"], "float32")))
-    batches = iter(strategy.experimental_distribute_dataset(data.batch(gbs)))
+    step = make(strategy, model, optimizer, case["aux"])
+    data = tf.data.Dataset.from_tensor_slices(tuple(np.array(case[k], "float32")
+                                                    for k in ("x", "y_main", "y_aux", "has_aux")))
+    batches = iter(strategy.experimental_distribute_dataset(data.batch(case["gbs"])))
     steps = []
-    for _ in range(2):
-        got = step(next(batches))
+    for batch in batches:
+        got = step(batch)
         try:
             loss = float(got)
         except (TypeError, ValueError):
@@ -289,16 +394,57 @@ def _q3_observe(ns, case):
     return {"replicas": n, "steps": steps}
 
 
-@item("q3", points=3, title="make_train_step: a distributed step whose loss and update match one device")
+def _q3_hints(case, weights, rows, replicas, got) -> list[str]:
+    """Name the classic mistake(s) whose update the learner's weights match, head by head."""
+    import numpy as np
+
+    def close(a, b):
+        return all(np.allclose(np.array(x, float), y, rtol=1e-3, atol=1e-4, equal_nan=True) for x, y in zip(a, b))
+
+    for main in _MAIN:
+        for aux in _AUX:
+            for l2 in _L2:
+                _, want = _q3_reference(case, weights, rows, replicas, main, aux, l2)
+                if close(got, want):
+                    hints = []
+                    if main != "right":
+                        hints.append(tr("The main loss was divided per replica by its own share of the examples: on "
+                                        "an uneven split (or an empty replica) that weights examples unequally. "
+                                        "Divide by the number of examples in the whole step."))
+                    if aux == "examples":
+                        hints.append(tr("The auxiliary loss was averaged over all examples; average it over the "
+                                        "labelled ones only (has_aux == 1) in the whole step."))
+                    elif aux != "right":
+                        hints.append(tr("The auxiliary loss was averaged per replica; its divisor is the number of "
+                                        "labelled examples in the whole step, which no replica knows alone: sum it "
+                                        "over the replicas (tf.distribute.get_replica_context().all_reduce)."))
+                    if l2 == "per_replica":
+                        hints.append(tr("The regularisation loss was added on every replica, and the replicas' "
+                                        "gradients are summed: it counted {n} times. Scale it with "
+                                        "tf.nn.scale_regularization_loss.", n=replicas))
+                    elif l2 == "missing":
+                        hints.append(tr("The model's regularisation losses (model.losses) are missing from the "
+                                        "loss."))
+                    return hints
+    return []
+
+
+@item("q3", points=3, title="make_train_step: two heads, a partly labelled auxiliary loss and L2, as on one device")
 class q3:
     def cases(rng):
-        out = []
-        for gbs in rng.sample([7, 11, 13], 1):  # primes: an uneven split over any 2, 4, 6 or 8 replicas
-            feats, outs = rng.randint(3, 6), rng.randint(1, 3)
-            out.append({"gbs": gbs, "lr": 0.1, "x": _matrix(rng, 2 * gbs, feats), "y": _matrix(rng, 2 * gbs, outs),
-                        "kernel": _matrix(rng, feats, outs, 0.5), "bias": [round(rng.gauss(0, 0.1), 4)
-                                                                          for _ in range(outs)]})
-        return out
+        # 5 examples per step: split unevenly over 2, 3, 4 or 8 replicas, and 4 or more leave one with nothing
+        # (TensorFlow fills replicas in order: 2, 2, 1, 0 over 4). Two steps of the same size: one trace.
+        gbs, steps = 5, 2
+        feats, outs_main, outs_aux = rng.randint(3, 5), rng.randint(1, 2), rng.randint(1, 2)
+        has = [1.0 if rng.random() < 0.6 else 0.0 for _ in range(gbs * steps)]
+        for s in range(steps):
+            has[s * gbs] = 1.0  # every step has a labelled example
+            has[s * gbs + 4] = 0.0  # the replica that holds the step's fifth example alone (4 replicas) has none
+        weights = [_matrix(rng, feats, outs_main, 0.5), [round(rng.gauss(0, 0.1), 4) for _ in range(outs_main)],
+                   _matrix(rng, feats, outs_aux, 0.5), [round(rng.gauss(0, 0.1), 4) for _ in range(outs_aux)]]
+        return [{"gbs": gbs, "lr": 0.2, "l2": round(rng.uniform(0.05, 0.2), 3), "aux": round(rng.uniform(0.3, 3), 2),
+                 "x": _matrix(rng, gbs * steps, feats), "y_main": _matrix(rng, gbs * steps, outs_main),
+                 "y_aux": _matrix(rng, gbs * steps, outs_aux), "has_aux": has, "weights": weights}]
 
     def observe(ns, case):
         return ns.kernel(_q3_observe, case)
@@ -309,40 +455,33 @@ class q3:
         if "unreduced" in seen:
             raise Fail(tr("step(batch) should return the loss as a scalar (reduce the per-replica losses with "
                           "strategy.reduce), got {got}", got=seen["unreduced"]))
-        n, gbs = seen["replicas"], case["gbs"]
-        x, y = case["x"], case["y"]
-        kernel, bias = case["kernel"], case["bias"]
+        replicas, gbs, weights = seen["replicas"], case["gbs"], case["weights"]
         for k, got in enumerate(seen["steps"]):
-            xb, yb = x[k * gbs:(k + 1) * gbs], y[k * gbs:(k + 1) * gbs]
-            losses, w, b, _ = _sgd_linear(kernel, bias, [(xb, yb)], case["lr"])
-            want = losses[0]
-            where = tr("{n} replicas, global batch {gbs} (split {split}), step {k}", n=n, gbs=gbs,
-                       split=_split(gbs, n), k=k + 1)
-            per_replica = tr("You averaged per replica (reduce_mean, or compute_average_loss without a size) and "
-                             "divided by the replica count: that is wrong when the replicas hold different numbers "
-                             "of examples. Divide each replica's sum by the global batch size: "
-                             "tf.nn.compute_average_loss(per_example, global_batch_size=global_batch_size).")
-            # (a mean of replica means can come within the tolerance of the true loss by chance: the weights tell)
-            replica_means = (len(set(_split(gbs, n))) > 1  # on an even split both means are the same
-                             and np.isclose(got["loss"], _mean_of_replica_means(kernel, bias, xb, yb, n), rtol=1e-3))
-            if not np.isclose(got["loss"], want, rtol=1e-3, atol=1e-6):
-                hint = per_replica if replica_means else tr(
-                    "Average per example with tf.nn.compute_average_loss(..., global_batch_size=...) and "
-                    "reduce with SUM.")
-                raise Fail(tr("{where}: the loss should be the mean squared error over the global batch, "
-                              "{want:.6f}; got {got:.6f} (ratio {ratio:.2f}). {hint}", where=where, want=want,
-                              got=got["loss"], ratio=got["loss"] / want, hint=hint))
-            diff = max(float(np.abs(np.array(a) - c).max()) for a, c in zip(got["weights"], (w, b)))
-            if diff > 1e-3 and replica_means:
-                raise Fail(tr("{where}: the loss is right but the weights after the update differ from "
-                              "single-device SGD by up to {diff:.2g}. {hint}", where=where, diff=diff,
-                              hint=per_replica))
-            if diff > 1e-3:
-                raise Fail(tr("{where}: the loss is right but the weights after the update differ from "
-                              "single-device SGD by up to {diff:.2g}. Gradients are summed over replicas, so each "
-                              "replica's loss must be divided by the GLOBAL batch size, not averaged over its own "
-                              "share.", where=where, diff=diff))
-            kernel, bias = w.tolist(), b.tolist()
+            rows = list(range(k * gbs, (k + 1) * gbs))
+            want_loss, want = _q3_reference(case, weights, rows, replicas)
+            labelled = int(sum(case["has_aux"][i] for i in rows))
+            where = tr("{n} replicas, step {k}: a global batch of {size} (split {split}), {labelled} labelled for "
+                       "the auxiliary head", n=replicas, k=k + 1, size=len(rows), split=_split(len(rows), replicas),
+                       labelled=labelled)
+            diff = max(float(np.abs(np.array(a, float) - c).max()) for a, c in zip(got["weights"], want))
+            if not np.isfinite(got["loss"]) or not np.isfinite(diff):
+                raise Fail(tr("{where}: the loss or the weights became NaN. A replica that holds no labelled example "
+                              "(or no example at all) divided 0 by 0: the divisors are counts over the whole step, "
+                              "summed over the replicas.", where=where))
+            if np.isclose(got["loss"], want_loss / replicas, rtol=1e-3) and diff <= 1e-3:
+                raise Fail(tr("{where}: the loss should be {want:.6f}, got {got:.6f}, {n} times less: the replicas' "
+                              "losses are parts of the step's loss, so reduce them with SUM, not MEAN.", where=where,
+                              want=want_loss, got=got["loss"], n=replicas))
+            if not np.isclose(got["loss"], want_loss, rtol=1e-3, atol=1e-6) or diff > 1e-3:
+                hints = _q3_hints(case, weights, rows, replicas, got["weights"])
+                what = (tr("the loss is right but the weights after the update differ by up to {diff:.2g}",
+                           diff=diff) if np.isclose(got["loss"], want_loss, rtol=1e-3, atol=1e-6)
+                        else tr("the loss should be {want:.6f}, got {got:.6f}", want=want_loss, got=got["loss"]))
+                raise Fail(tr("{where}: {what}. {hints}", where=where, what=what, hints=" ".join(hints) or tr(
+                    "The step's loss is the main head's squared error averaged over every example of the step, plus "
+                    "aux_weight times the auxiliary head's averaged over the labelled examples of the step, plus "
+                    "the model's regularisation losses once; its gradient must be the gradient of that loss.")))
+            weights = want
 
 
 # --------------------------------------------------------------------------- q4
@@ -503,7 +642,7 @@ def _q5_folder(ns):
 
 
 @in_kernel
-def _q5_launch(ns, case, folder, on_step, restart):
+def _q5_launch(ns, case, folder, preempted, on_step, restart):
     """One launch of q5's training: the first (on the case's weights and targets) or the restart (other initial
     weights, other targets after the checkpoint). Returns the losses and the final weights."""
     from gpucourse import distribute
@@ -512,11 +651,12 @@ def _q5_launch(ns, case, folder, on_step, restart):
     strategy = distribute.mirrored_strategy(distribute.strategy_devices()[:2])
     model, optimizer, step_fn, data = (_fresh_run(strategy, case, case["fresh_kernel"], case["bias"], "y_restart")
                                        if restart else _fresh_run(strategy, case, case["kernel"], case["bias"]))
-    losses = fn(strategy, model, optimizer, step_fn, data, case["steps"], folder, case["save_every"], on_step)
+    losses = fn(strategy, model, optimizer, step_fn, data, case["steps"], folder, case["save_every"], preempted,
+                on_step)
     return {"losses": losses, "weights": [w.tolist() for w in model.get_weights()]}
 
 
-def _first_run_killed(ns, case, folder, note) -> dict:
+def _first_run_killed(ns, case, folder, note, preempted) -> dict:
     """The grader's first run: a fresh process that runs the submission's cells again, killed with SIGKILL from
     ``on_step`` (which runs here, in the grader) the moment the run reports step ``crash_at``."""
     from gpucourse.grading.items import KernelLost, ProcessKilled, RaisedInKernel
@@ -528,7 +668,7 @@ def _first_run_killed(ns, case, folder, note) -> dict:
                 if k == case["crash_at"]:
                     first.kill()
 
-            first.kernel(_q5_launch, case, folder, on_step, False)
+            first.kernel(_q5_launch, case, folder, preempted, on_step, False)
             return {"first": "finished", "first_error": ""}
     except ProcessKilled:
         return {"first": "killed", "first_error": ""}
@@ -541,7 +681,7 @@ def _first_run_killed(ns, case, folder, note) -> dict:
 
 
 @in_kernel
-def _first_run_simulated(ns, case, folder, note) -> dict:
+def _first_run_simulated(ns, case, folder, note, preempted) -> dict:
     """check()'s first run, in this kernel: on_step raises after ``crash_at`` (a BaseException). ``note(k)`` tells
     the check each step."""
     import numpy as np
@@ -560,7 +700,8 @@ def _first_run_simulated(ns, case, folder, note) -> dict:
             raise _WorkerKilled(f"simulated failure after step {k}")
 
     try:
-        fn(strategy, model, optimizer, step_fn, data, case["steps"], folder, case["save_every"], fail_after)
+        fn(strategy, model, optimizer, step_fn, data, case["steps"], folder, case["save_every"], preempted,
+           fail_after)
         first = "finished"
     except _WorkerKilled:
         first = "killed"
@@ -595,23 +736,28 @@ def _progress_text(case, progress) -> str:
                             "an iterator that never ends (e.g. a dataset with .repeat()).", idle=idle)
 
 
-@item("q5", points=3, title="train_resumable: resume after a worker failure with the same final weights")
+#: What the restart's launch reads of the case (``_q5_launch`` with ``restart=True``, ``_fresh_run``).
+_RESTART_KEYS = ("steps", "save_every", "gbs", "lr", "momentum", "x", "y_restart", "fresh_kernel", "bias")
+
+
+@item("q5", points=3, title="train_resumable: checkpoint when due or preempted, resume with the whole loss history")
 class q5:
     def cases(rng):
-        out = []
-        for save_every in rng.sample([2, 3], 1):
-            steps = rng.randint(8, 9)
-            # at least two checkpoints before the failure, and none written at the failing step itself
-            crash = rng.choice([k for k in range(2 * save_every + 1, steps) if k % save_every])
-            feats, outs, gbs = rng.randint(2, 4), rng.randint(1, 2), rng.choice([8, 12])
-            out.append({"steps": steps, "save_every": save_every, "crash_at": crash, "gbs": gbs, "lr": 0.05,
-                        "momentum": 0.9, "x": _matrix(rng, steps * gbs, feats), "y": _matrix(rng, steps * gbs, outs),
-                        "kernel": _matrix(rng, feats, outs, 0.5), "bias": [0.0] * outs,
-                        "fresh_kernel": _matrix(rng, feats, outs, 0.5),
-                        # the restart's data: other targets, so only a restart that trains (from what was
-                        # saved on disk) ends at the right weights, not one that replays a run kept in memory
-                        "y_restart": _matrix(rng, steps * gbs, outs)})
-        return out
+        every, steps = rng.choice([3, 4]), rng.randint(9, 10)
+        # The platform's notice comes after a step that is not due (at least one periodic checkpoint before it),
+        # and the kill a step or more later, before the next due step: so the notice's checkpoint is the latest,
+        # and the steps between it and the kill are trained twice.
+        options = [(notice, kill) for notice in range(every + 1, steps) if notice % every
+                   for kill in range(notice + 1, steps) if all(k % every for k in range(notice, kill + 1))]
+        notice, kill = rng.choice(options)
+        feats, outs, gbs = rng.randint(2, 4), rng.randint(1, 2), rng.choice([8, 12])
+        return [{"steps": steps, "save_every": every, "notice_at": notice, "crash_at": kill, "gbs": gbs, "lr": 0.05,
+                 "momentum": 0.9, "x": _matrix(rng, steps * gbs, feats), "y": _matrix(rng, steps * gbs, outs),
+                 "kernel": _matrix(rng, feats, outs, 0.5), "bias": [0.0] * outs,
+                 "fresh_kernel": _matrix(rng, feats, outs, 0.5),
+                 # the restart's data: other targets, so only a restart that trains (from what was saved on
+                 # disk) ends at the right weights, not one that replays a run kept in memory
+                 "y_restart": _matrix(rng, steps * gbs, outs)}]
 
     def observe(ns, case):
         import shutil
@@ -619,12 +765,19 @@ class q5:
 
         ns.function("train_resumable")  # not defined yet: not attempted
         folder = ns.kernel(_q5_folder)
-        progress: dict = {"first": [], "folders": []}
+        progress: dict = {"first": [], "folders": [], "asked": []}
 
         def note_first(k):  # runs here, where the check runs: what is on disk when on_step(k) is called
             progress["first"].append(k)
             progress["at"] = time.monotonic()
             progress["folders"].append(_folder_state(folder))
+
+        def preempted(k):  # the platform's notice, after step notice_at of the first run only
+            progress["asked"].append(k)
+            return k == case["notice_at"]
+
+        def never(k):
+            return False
 
         def note_second(k):
             progress["second"].append(k)
@@ -632,15 +785,17 @@ class q5:
 
         try:
             if ns.fresh_process is not None:  # the grader: a real process, killed with SIGKILL
-                first = _first_run_killed(ns, case, folder, note_first)
+                first = _first_run_killed(ns, case, folder, note_first, preempted)
             else:  # check(): the kill simulated in this kernel
-                first = ns.kernel(_first_run_simulated, case, folder, note_first)
+                first = ns.kernel(_first_run_simulated, case, folder, note_first, preempted)
             # The restart: a new process would build everything again, from *other* initial weights, and here
-            # the data after the checkpoint differs too.
+            # the data after the checkpoint differs too. It gets only what it needs: not the first run's initial
+            # weights or targets, which a restart that replays instead of restoring would use.
             progress["second"] = []
-            end = ns.kernel(_q5_launch, case, folder, note_second, True)
+            end = ns.kernel(_q5_launch, {k: case[k] for k in _RESTART_KEYS}, folder, never, note_second, True)
             return {**first, "first_steps": progress["first"], "first_folders": progress["folders"],
-                    "second_steps": progress["second"], "losses": end["losses"], "weights": end["weights"]}
+                    "asked": progress["asked"], "second_steps": progress["second"], "losses": end["losses"],
+                    "weights": end["weights"]}
         except ItemTimeout:  # say how far the runs got: a busy machine is not an endless loop
             raise ItemTimeout(_progress_text(case, progress)) from None
         finally:
@@ -649,11 +804,11 @@ class q5:
     def judge(case, seen):
         import numpy as np
 
-        steps, every, crash = case["steps"], case["save_every"], case["crash_at"]
+        steps, every, notice, crash = case["steps"], case["save_every"], case["notice_at"], case["crash_at"]
         gbs = case["gbs"]
         batches = [(case["x"][k * gbs:(k + 1) * gbs], case["y"][k * gbs:(k + 1) * gbs]) for k in range(steps)]
-        where = tr("(steps={steps}, save_every={every}, killed after step {crash})", steps=steps, every=every,
-                   crash=crash)
+        where = tr("(steps={steps}, save_every={every}, preempted({notice}) True, killed after step {crash})",
+                   steps=steps, every=every, notice=notice, crash=crash)
         if seen["first"] == "went on":
             raise Fail(tr("the check killed the first run after step {crash}, yet its model and optimizer changed "
                           "afterwards: a killed worker trains no further. Let what on_step raises propagate; after "
@@ -675,54 +830,92 @@ class q5:
                           "run {ended}.", crash=crash, saw=seen["first_steps"][:12],
                           ended=tr("ended normally") if seen["first"] == "finished" else tr("was killed")))
         folders = seen.get("first_folders") or []
-        for k in range(every, crash + 1, every):  # on_step(k) of a due step: its checkpoint is already on disk
-            if len(folders) >= k and folders[k - 1] == folders[k - 2]:
+
+        def saved_at(k):  # the checkpoint folder changed between on_step(k - 1) and on_step(k)
+            return len(folders) >= k and folders[k - 1] != folders[k - 2]
+
+        for k in sorted(set(range(every, crash + 1, every)) | {notice}):  # due: its checkpoint is already on disk
+            if len(folders) > k and not saved_at(k) and saved_at(k + 1):
                 raise Fail(tr("when on_step({k}) was called, the checkpoint of step {k} was not on disk yet (the "
                               "checkpoint folder had not changed since on_step({prev})). Save first, then call "
                               "on_step(k): a worker killed right after on_step(k) would otherwise lose that "
                               "checkpoint.", k=k, prev=k - 1))
-        resume = (crash // every) * every  # the last checkpoint written before the failure
-        want_steps = list(range(resume + 1, steps + 1))
+        want_steps = list(range(notice + 1, steps + 1))
         got_steps = seen["second_steps"]
         if got_steps != want_steps:
-            first = got_steps[0] if got_steps else None
-            raise Fail(tr("after the restart {where} training should continue at step {step} (the last "
-                          "checkpoint was written after step {resume}) and call on_step for steps {want}; "
-                          "it called it for {got}. {hint}", where=where, step=resume + 1, resume=resume,
-                          want=want_steps, got=got_steps[:12],
-                          hint=tr("Restore the latest checkpoint (model, optimizer and the step counter) before "
-                                  "training.") if first == 1
-                          else tr("Restore the LATEST checkpoint, and keep the step counter in it.")))
+            start = got_steps[0] - 1 if got_steps and isinstance(got_steps[0], int) else None
+            if start == (notice // every) * every and not saved_at(notice):
+                hint = tr("preempted({notice}) was True, but no checkpoint was written after step {notice}: the "
+                          "platform's notice is the last chance to save what the steps since step {start} "
+                          "learned.", notice=notice, start=start)
+                if notice not in seen.get("asked", []):
+                    hint += " " + tr("preempted(k) was never called for step {notice}: ask after every step.",
+                                     notice=notice)
+            elif start is not None and notice < start <= crash:
+                hint = tr("A checkpoint was written after step {start}, which was not due: save every save_every "
+                          "steps and after a step k for which preempted(k) is True, no more.", start=start)
+            elif start == 0:
+                hint = tr("Restore the latest checkpoint (model, optimizer, the step counter and the loss history) "
+                          "before training.")
+            else:
+                hint = tr("Restore the LATEST checkpoint, and keep the step counter in it.")
+            raise Fail(tr("after the restart {where} training should continue at step {step} (the latest "
+                          "checkpoint is the one written after step {notice}, on the platform's notice) and call "
+                          "on_step for steps {want}; it called it for {got}. {hint}", where=where, step=notice + 1,
+                          notice=notice, want=want_steps, got=got_steps[:12], hint=hint))
         later = [(case["x"][k * gbs:(k + 1) * gbs], case["y_restart"][k * gbs:(k + 1) * gbs]) for k in range(steps)]
-        batches = batches[:resume] + later[resume:]  # the restart trains on its own data
-        ref_losses, w, b, _ = _sgd_linear(case["kernel"], case["bias"], batches, case["lr"], case["momentum"])
+        trained = batches[:notice] + later[notice:]  # the restart trains on its own data
+        ref_losses, w, b, _ = _sgd_linear(case["kernel"], case["bias"], trained, case["lr"], case["momentum"])
         got_w = [np.array(a) for a in seen["weights"]]
-        if max(float(np.abs(g - r).max()) for g, r in zip(got_w, (w, b))) <= 1e-3:
-            want_losses = ref_losses[resume:]
-            if (not isinstance(seen["losses"], list) or len(seen["losses"]) != len(want_losses)
-                    or not np.allclose(seen["losses"], want_losses, rtol=1e-3, atol=1e-6)):
-                raise Fail(tr("the final weights are right, but train_resumable should return the losses of the "
-                              "steps it trained ({n} floats for steps {steps}), got {got}", n=len(want_steps),
-                              steps=want_steps, got=str(seen["losses"])[:120]))
-            return
-        # Diagnose with the wrong answers the classic mistakes give.
-        _, w0, b0, vel = _sgd_linear(case["kernel"], case["bias"], batches[:resume], case["lr"], case["momentum"])
-        _, nw, nb, _ = _sgd_linear(w0, b0, batches[resume:], case["lr"], case["momentum"])  # momentum lost
-        _, dw, db, _ = _sgd_linear(w0, b0, later[:steps - resume], case["lr"], case["momentum"], vel)  # no skip
 
         def close(pair):
             return max(float(np.abs(g - r).max()) for g, r in zip(got_w, pair)) <= 1e-3
 
+        if close((w, b)):
+            _q5_judge_losses(case, seen["losses"], ref_losses)
+            return
+        # Diagnose with the wrong answers the classic mistakes give.
+        _, w0, b0, vel = _sgd_linear(case["kernel"], case["bias"], batches[:notice], case["lr"], case["momentum"])
+        _, nw, nb, _ = _sgd_linear(w0, b0, later[notice:], case["lr"], case["momentum"])  # momentum lost
+        _, dw, db, _ = _sgd_linear(w0, b0, later[:steps - notice], case["lr"], case["momentum"], vel)  # no skip
         if close((nw, nb)):
             hint = tr("The optimizer's momentum was not restored: put the optimizer in the checkpoint "
-                      "(tf.train.Checkpoint(model=model, optimizer=optimizer, step=...)).")
+                      "(tf.train.Checkpoint(model=model, optimizer=optimizer, ...)).")
         elif close((dw, db)):
             hint = tr("After resuming at step {step} the run trained on the first batches again: skip the "
-                      "{resume} batches already trained on (dataset.skip(...)).", step=resume + 1, resume=resume)
+                      "{resume} batches already trained on (dataset.skip(...)).", step=notice + 1, resume=notice)
         else:
             hint = tr("Checkpoint model, optimizer and step counter together, restore all three, and skip the "
                       "batches already seen.")
         raise Fail(tr("after the restart {where} the final weights differ from an uninterrupted run of {steps} "
                       "steps (on the restart's own data after step {resume}) by up to {diff:.2g}. {hint}",
-                      where=where, steps=steps, resume=resume,
+                      where=where, steps=steps, resume=notice,
                       diff=max(float(np.abs(g - r).max()) for g, r in zip(got_w, (w, b))), hint=hint))
+
+
+def _q5_judge_losses(case, got, want) -> None:
+    """The returned history: the loss of every step whose update the final weights hold (steps 1..notice_at from
+    the killed run, the rest from the restart), not the killed run's losses of the steps it trained in vain."""
+    import numpy as np
+
+    steps, notice, crash, gbs = case["steps"], case["notice_at"], case["crash_at"], case["gbs"]
+    numbers = isinstance(got, list) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in got)
+    if numbers and len(got) == steps and np.allclose(got, want, rtol=1e-3, atol=1e-6):
+        return
+    if numbers and len(got) == steps - notice and np.allclose(got, want[notice:], rtol=1e-3, atol=1e-6):
+        raise Fail(tr("the final weights are right, but train_resumable returned only the losses of the steps this "
+                      "call trained ({n} of them). Return the losses of all {steps} steps: the first {notice} were "
+                      "trained by the killed run, and only what it saved on disk survived, so keep them with the "
+                      "checkpoint.", n=len(got), steps=steps, notice=notice))
+    if numbers and len(got) == steps and np.allclose(got[:notice], want[:notice], rtol=1e-3, atol=1e-6):
+        batches = [(case["x"][k * gbs:(k + 1) * gbs], case["y"][k * gbs:(k + 1) * gbs]) for k in range(crash)]
+        _, w0, b0, vel = _sgd_linear(case["kernel"], case["bias"], batches[:notice], case["lr"], case["momentum"])
+        stale, *_ = _sgd_linear(w0, b0, batches[notice:], case["lr"], case["momentum"], vel)
+        if np.allclose(got[notice:crash], stale, rtol=1e-3, atol=1e-6):
+            raise Fail(tr("the final weights are right, but the losses you returned after step {notice}, up to step "
+                          "{crash}, are those of the killed run, whose updates were lost with it (the restart trained those "
+                          "steps again, from the checkpoint of step {notice}). Save the history together with the "
+                          "checkpoint, so that both describe the same steps.", crash=crash, notice=notice))
+    raise Fail(tr("the final weights are right, but train_resumable should return the losses of all {steps} steps "
+                  "(a list of floats, step 1 first), as the run that produced these weights computed them; got "
+                  "{got}", steps=steps, got=str(got)[:160]))

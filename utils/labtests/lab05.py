@@ -5,9 +5,11 @@ draws fresh inputs on the grader's side (sizes, weights, batches, flag
 sequences, gradients), ``observe`` runs the learner's function in the
 learner's kernel and returns plain data (dtypes, values, weights before and
 after), and ``judge`` computes the expected answer on the grader's side: with
-a real ``keras.optimizers.LossScaleOptimizer`` (q2), a float32 reference model
-(q3), or private reference functions here (q4). Graded on dtypes and
-loss-scale behaviour, never on speed. Every observation that touches Keras's
+a real ``keras.optimizers.LossScaleOptimizer`` (q2), a float64 NumPy reference of
+the model (q1: a float32 model to convert, whose UnitNormalization overflows or
+flushes in float16 on the check's inputs; q3: the clipped SGD step and the
+classic mistakes' steps), or private reference functions here (q4). Graded on
+dtypes and loss-scale behaviour, never on speed. Every observation that touches Keras's
 global dtype policy restores whatever policy was set before.
 Every message goes through ``tr`` (the zh_CN catalogue, ``grading/locale/zh_CN.po``).
 """
@@ -50,80 +52,185 @@ def _number(value):
 _COMPUTE = {"mixed_float16": "float16", "mixed_bfloat16": "bfloat16"}
 
 
+def _q1_forward(case, x):
+    """Reference (NumPy, float64): the case's model on rows ``x``; also the largest hidden activation of each row
+    (where the model normalises). Keras' UnitNormalization: ``h * min(1 / sqrt(sum h**2), 1e12)``."""
+    import numpy as np
+
+    h, dense = np.array(x, float), case["dense"]
+    for kernel, bias in dense[:-1]:
+        h = np.maximum(h @ np.array(kernel, float) + np.array(bias, float), 0.0)
+    peak = np.abs(h).max(axis=1)
+    with np.errstate(divide="ignore"):
+        u = h * np.minimum(1.0 / np.sqrt((h ** 2).sum(axis=1, keepdims=True)), 1e12)
+    logits = u @ np.array(dense[-1][0], float) + np.array(dense[-1][1], float)
+    e = np.exp(logits - logits.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True), peak
+
+
+def _q1_rows(rng, case):
+    """Inputs whose activations at the normalisation reach about 3000 (their sum of squares overflows float16),
+    about 1.5e-4 (their squares flush to 0 in float16) and about 1. The hidden layers have no bias, so scaling
+    an input row scales every activation: the rows are scaled to exactly those peaks."""
+    rows = []
+    for target in (3000.0, 3000.0, 1.5e-4, 1.5e-4, 1.0):
+        while True:
+            row = [rng.uniform(-1, 1) for _ in range(case["in_dim"])]
+            _, peak = _q1_forward(case, [row])
+            if peak[0] > 0:
+                break
+        rows.append([v * target / float(peak[0]) for v in row])
+    return rows
+
+
+def _q1_model(case):
+    """The check's float32 model, in the learner's kernel: Dense(relu) layers, UnitNormalization, Dense, softmax."""
+    import keras
+    import numpy as np
+
+    with _policy_guard():
+        keras.mixed_precision.set_global_policy("float32")
+        widths = [len(bias) for _, bias in case["dense"]]
+        layers = [keras.layers.Dense(w, activation="relu") for w in widths[:-1]]
+        layers += [keras.layers.UnitNormalization(), keras.layers.Dense(widths[-1]), keras.layers.Activation("softmax")]
+        if case["sequential"]:
+            model = keras.Sequential([keras.Input((case["in_dim"],))] + layers)
+        else:
+            inputs = keras.Input((case["in_dim"],))
+            out = inputs
+            for layer in layers:
+                out = layer(out)
+            model = keras.Model(inputs, out)
+    model.set_weights([np.array(w, "float32") for pair in case["dense"] for w in pair])
+    return model
+
+
+def _q1_layers(model) -> list:
+    return [[type(layer).__name__, layer.compute_dtype, layer.variable_dtype] for layer in model.layers
+            if type(layer).__name__ != "InputLayer"]
+
+
 @in_kernel
 def _q1_observe(ns, case):
     import keras
     import numpy as np
 
-    fn = ns.function("build_mixed_classifier")
+    fn = ns.function("to_mixed_precision")
+    given = _q1_model(case)
+    x = np.asarray(case["x"], np.float32)
     with _policy_guard():
         keras.mixed_precision.set_global_policy(case["before"])
-        model = fn(case["in_dim"], case["n_classes"], case["policy"])
+        model = fn(given, case["policy"])
         after = keras.mixed_precision.global_policy().name
-    seen = {"after": after, "type": type(model).__name__, "is_model": isinstance(model, keras.Model)}
-    if not seen["is_model"]:
+    seen = {"after": after, "type": type(model).__name__, "is_model": isinstance(model, keras.Model),
+            "same": model is given, "given_layers": _q1_layers(given),
+            "given_out": np.asarray(given(x), np.float64).tolist()}
+    if not seen["is_model"] or seen["same"]:
         return seen
-    seen["dense"] = [[layer.name, layer.compute_dtype] for layer in model.layers
-                     if isinstance(layer, keras.layers.Dense)]
-    seen["weights"] = sorted({w.dtype for w in model.weights})
-    out = model(np.asarray(case["x"], np.float32))
+    seen["layers"] = _q1_layers(model)
+    seen["weights"] = [w.tolist() for w in model.get_weights()]
+    seen["weight_dtypes"] = sorted({w.dtype for w in model.weights})
+    out = model(x)
     seen["out_dtype"] = getattr(out.dtype, "name", str(out.dtype))
     seen["out"] = np.asarray(out, np.float64).tolist()
     return seen
 
 
-@item("q1", points=3, title="build_mixed_classifier: 16-bit compute, float32 variables and output")
+_DELICATE = {"UnitNormalization": "float32", "Activation": "float32"}
+
+
+@item("q1", points=3, title="to_mixed_precision: Dense layers in 16 bits, the normalisation and softmax in float32")
 class q1:
     def cases(rng):
         out = []
-        for policy, before in (("mixed_float16", "float32"), ("mixed_bfloat16", "mixed_float16")):
-            in_dim, n_classes = rng.randint(3, 19), rng.randint(2, 8)
-            x = [[rng.uniform(-2, 2) for _ in range(in_dim)] for _ in range(5)]
-            out.append({"policy": policy, "before": before, "in_dim": in_dim, "n_classes": n_classes, "x": x})
+        for policy, before, hidden, sequential in (("mixed_float16", "float32", [rng.randint(12, 24)], False),
+                                                   ("mixed_bfloat16", "mixed_float16",
+                                                    [rng.randint(8, 16), rng.randint(8, 16)], True)):
+            in_dim, n_classes = rng.randint(3, 12), rng.randint(2, 6)
+            widths, dense = [in_dim] + hidden + [n_classes], []
+            for i, (a, b) in enumerate(zip(widths, widths[1:])):
+                last = i == len(widths) - 2
+                dense.append([[[rng.gauss(0, 2.0 if last else 0.5) for _ in range(b)] for _ in range(a)],
+                              [rng.gauss(0, 0.5) if last else 0.0 for _ in range(b)]])
+            case = {"policy": policy, "before": before, "in_dim": in_dim, "dense": dense, "sequential": sequential}
+            case["x"] = _q1_rows(rng, case)
+            out.append(case)
         return out
 
     def observe(ns, case):
         return ns.kernel(_q1_observe, case)
 
     def judge(case, seen):
+        import numpy as np
+
         policy, before = case["policy"], case["before"]
-        call = tr("{fn} with the global policy {before}",
-                  fn=f"build_mixed_classifier({case['in_dim']}, {case['n_classes']}, {policy!r})", before=repr(before))
+        call = tr("{fn} with the global policy {before}", fn=f"to_mixed_precision(model, {policy!r})",
+                  before=repr(before))
+        want, peak = _q1_forward(case, case["x"])
+        given = [["Dense", "float32", "float32"]] * (len(case["dense"]) - 1) + [
+            ["UnitNormalization", "float32", "float32"], ["Dense", "float32", "float32"],
+            ["Activation", "float32", "float32"]]
+        if seen["same"]:
+            raise Fail(tr("{call} returned the model it was given: its layers still compute in float32, since a "
+                          "layer keeps the policy it was created with. Return a new model with new layers.",
+                          call=call))
         if seen["after"] != before:
-            raise Fail(tr("{call} left the global policy at {after}; it must restore {before}. Use "
-                          "try/finally (or precision.policy_scope), or pass dtype=policy to the layers instead",
-                          call=call, after=repr(seen["after"]), before=repr(before)))
+            raise Fail(tr("{call} left the global policy at {after}; it must restore {before}, or leave it alone "
+                          "and give each new layer its dtype", call=call, after=repr(seen["after"]),
+                          before=repr(before)))
         if not seen["is_model"]:
-            raise Fail(tr("{call} should return a keras.Model (keras.Model(inputs, outputs)), got a {kind}",
-                          call=call, kind=seen["type"]))
-        dense = seen["dense"]
-        if len(dense) < 2:
-            raise Fail(tr("{call}: expected two Dense layers (the hidden Dense(32) and the output Dense(n_classes)), "
-                          "found {n}", call=call, n=len(dense)))
-        wrong = [(name, dtype) for name, dtype in dense if dtype != _COMPUTE[policy]]
-        if wrong:
-            raise Fail(tr("{call}: every Dense layer (hidden and output) should compute in {dtype}, got {wrong}. "
-                          "Pass dtype=policy to each Dense; only the final softmax needs float32: a separate "
-                          "Activation('softmax', dtype='float32')", call=call, dtype=_COMPUTE[policy], wrong=wrong))
-        stored = [d for d in seen["weights"] if d != "float32"]
+            raise Fail(tr("{call} should return a keras.Model, got a {kind}", call=call, kind=seen["type"]))
+        changed = seen["given_layers"] != given or not np.allclose(seen["given_out"], want, atol=1e-4)
+        if changed:
+            raise Fail(tr("{call} changed the model it was given (its layers now: {layers}). Leave it as it is: "
+                          "the float32 model stays in use (for evaluation, as a reference); build a new one.",
+                          call=call, layers=seen["given_layers"]))
+        layers = seen["layers"]
+        if [kind for kind, _, _ in layers] != [kind for kind, _, _ in given]:
+            raise Fail(tr("{call}: the new model should have the given model's layers, in order, {want}; it has "
+                          "{got}", call=call, want=[k for k, _, _ in given], got=[k for k, _, _ in layers]))
+        stored = [d for d in seen["weight_dtypes"] if d != "float32"]
         if stored:
             raise Fail(tr("{call}: every weight should be stored in float32, found {stored}. Use the 'mixed_...' "
                           "policy (float32 variables, 16-bit compute), not plain 'float16'/'bfloat16'", call=call,
                           stored=stored))
+        got_w = seen["weights"]
+        ref_w = [w for pair in case["dense"] for w in pair]
+        if len(got_w) != len(ref_w) or any(np.shape(g) != np.shape(r) or not np.allclose(g, r, atol=1e-6)
+                                           for g, r in zip(got_w, ref_w)):
+            raise Fail(tr("{call}: the new model's weights differ from the given model's. A rebuilt layer starts "
+                          "with new, random weights: copy the trained ones over (get_weights / set_weights).",
+                          call=call))
+        sixteen = _COMPUTE[policy]
+        for (kind, compute, _), i in zip(layers, range(len(layers))):
+            need = _DELICATE.get(kind, sixteen)
+            if compute == need:
+                continue
+            if kind == "Dense":
+                raise Fail(tr("{call}: the Dense layers should compute in {dtype}; layer {i} ({kind}) computes in "
+                              "{got}. A layer's config carries its dtype, so a copy of a float32 layer computes in "
+                              "float32 whatever the global policy says: give each new Dense layer the policy.",
+                              call=call, dtype=sixteen, i=i + 1, kind=kind, got=compute))
+            if kind == "UnitNormalization":
+                raise Fail(tr("{call}: the UnitNormalization layer computes in {got}; keep it in float32. It sums "
+                              "the squares of the activations: in float16 that sum overflows (above 65504) for "
+                              "activations of a few hundred, and squares below about 6e-8 flush to zero, so an "
+                              "example's vector becomes 0, inf or NaN; bfloat16 keeps the range but only 2 to 3 "
+                              "digits.", call=call, got=compute))
+            raise Fail(tr("{call}: the final softmax computes in {got}; the model's output must be float32: keep "
+                          "that layer in float32", call=call, got=compute))
         if seen["out_dtype"] != "float32":
-            raise Fail(tr("{call}: the model's output should be float32, got {dtype}. Give the last "
-                          "layer dtype='float32', e.g. keras.layers.Activation('softmax', dtype='float32')", call=call,
+            raise Fail(tr("{call}: the model's output should be float32, got {dtype}", call=call,
                           dtype=seen["out_dtype"]))
-        out = seen["out"]
-        shape = (len(out), len(out[0]) if out and isinstance(out[0], list) else 0)
-        if shape != (5, case["n_classes"]):
-            raise Fail(tr("{call}: for 5 examples expected output shape (5, {n_classes}), got {shape}. "
-                          "The output Dense needs n_classes units", call=call, n_classes=case["n_classes"],
-                          shape=shape))
-        sums = [sum(row) for row in out]
-        if any(abs(s - 1) > 1e-3 for s in sums) or any(v < 0 for row in out for v in row):
-            raise Fail(tr("{call}: each output row should be softmax probabilities summing to 1, got row sums "
-                          "{sums}. End with a softmax", call=call, sums=[round(s, 4) for s in sums]))
+        out = np.array(seen["out"], float)
+        # 16-bit Dense layers round each input and weight (float16: 2**-11 relative, bfloat16: 2**-8), so the
+        # probabilities move by about 1e-3 (float16) or 1e-2 (bfloat16); 0.05 leaves room, and a normalisation
+        # that overflowed or flushed gives NaN (float16) or probabilities of the wrong vector
+        bad = [i for i in range(len(want)) if not np.all(np.isfinite(out[i])) or np.abs(out[i] - want[i]).max() > 0.05]
+        if bad:
+            raise Fail(tr("{call}: for inputs whose activations at the normalisation peak at {peaks}, the output "
+                          "should be {want}, got {got}", call=call, peaks=[float(f"{peak[i]:.2g}") for i in bad],
+                          want=np.round(want[bad[0]], 3).tolist(), got=np.round(out[bad[0]], 3).tolist()))
 
 
 # --------------------------------------------------------------------------- q2
@@ -261,19 +368,20 @@ def _mlp(in_dim, hidden, n_classes, policy):
         return keras.Model(inputs, outputs)
 
 
-def _reference_step(case):
-    """Grader side: the float32 loss and SGD update of the case's weights on its batch."""
-    import keras
+def _reference_grads(weights, x, y):
+    """The float64 loss (mean sparse categorical cross-entropy) and gradients of ``_mlp`` (NumPy, either side)."""
     import numpy as np
-    import tensorflow as tf
 
-    ref = _mlp(case["in_dim"], case["hidden"], case["n_classes"], "float32")
-    ref.set_weights([np.asarray(w, np.float32) for w in case["weights"]])
-    x, y = np.asarray(case["x"], np.float32), np.asarray(case["y"], np.int32)
-    with tf.GradientTape() as tape:
-        loss = keras.losses.SparseCategoricalCrossentropy()(y, ref(x))
-    grads = tape.gradient(loss, ref.trainable_variables)
-    return float(loss), np.concatenate([case["lr"] * g.numpy().ravel() for g in grads])
+    w1, b1, w2, b2 = (np.array(w, float) for w in weights)
+    x, y = np.array(x, float), np.array(y, int)
+    a1 = np.tanh(x @ w1 + b1)
+    z2 = a1 @ w2 + b2
+    p = np.exp(z2 - z2.max(axis=1, keepdims=True))
+    p /= p.sum(axis=1, keepdims=True)
+    loss = float(-np.mean(np.log(p[np.arange(len(y)), y])))
+    dz2 = (p - np.eye(p.shape[1])[y]) / len(y)
+    dz1 = (dz2 @ w2.T) * (1 - a1 ** 2)
+    return loss, [x.T @ dz1, dz1.sum(axis=0), a1.T @ dz2, dz2.sum(axis=0)]
 
 
 def _flat(weights):
@@ -314,13 +422,11 @@ def _api_advice(mistake: str) -> str:
     if mistake == "keras2":
         return tr("get_scaled_loss and get_unscaled_gradients were Keras 2's (tf.keras.mixed_precision); Keras 3's "
                   "LossScaleOptimizer has neither. Scale with `optimizer.scale_loss(loss)`, differentiate that, and "
-                  "pass the gradients unchanged to `optimizer.apply_gradients`, which divides them by the scale "
-                  "itself.")
+                  "pass the gradients to `optimizer.apply_gradients`, which divides them by the scale itself.")
     if mistake == "dynamic_scale":
-        return tr("A LossScaleOptimizer creates `dynamic_scale` only when it is built, at its first "
-                  "apply_gradients, so it does not exist yet. You need not divide at all: pass the gradients of "
-                  "`optimizer.scale_loss(loss)` unchanged to `optimizer.apply_gradients`, which divides them by "
-                  "the scale itself.")
+        return tr("A LossScaleOptimizer creates `dynamic_scale` only when it is built, at its first apply_gradients, "
+                  "so it does not exist yet. `optimizer.scale_loss(1.0)` gives the current scale either way (the "
+                  "initial scale before the first step).")
     if mistake == "swapped":
         return tr("A Keras loss takes (y_true, y_pred) in that order: call `loss_fn(y, model(x, training=True))`. "
                   "With the two swapped, the labels are read as predictions (the rank error above).")
@@ -341,33 +447,93 @@ def _q3_observe(ns, case):
     loss_fn = keras.losses.SparseCategoricalCrossentropy()
     x, y = np.asarray(case["x"], np.float32), np.asarray(case["y"], np.int32)
     try:
-        got = fn(model, opt, loss_fn, tf.constant(x), tf.constant(y))
+        got = fn(model, opt, loss_fn, tf.constant(x), tf.constant(y), case["clip"])
     except (AttributeError, ValueError) as exc:
         mistake = _api_mistake(exc)
         if mistake is None:
             raise  # reported as your code's error, with its line
         return {"api_mistake": mistake, "raised": f"{type(exc).__name__}: {str(exc)[:200]}"}
-    try:
-        loss = float(np.asarray(got))
-    except (TypeError, ValueError):
-        loss = {"not_scalar": repr(got)[:200]}
+    def unpack(got):
+        try:
+            loss, norm, skipped = got
+            return float(np.asarray(loss)), float(np.asarray(norm)), _skipped_flag(skipped)
+        except (TypeError, ValueError):
+            return {"not_triple": repr(got)[:200]}, None, None
+
+    loss, norm, skipped = unpack(got)
     after1 = [w.numpy().tolist() for w in model.trainable_variables]
     scale1, counter1 = _scale_state(opt)
-    fn(model, opt, loss_fn, tf.constant(x * 1e6), tf.constant(y))  # inf in float16's forward pass
-    after2 = [w.numpy().tolist() for w in model.trainable_variables]
-    return {"loss": loss, "after1": after1, "scale1": scale1, "counter1": counter1, "after2": after2,
-            "scale2": _scale_state(opt)[0]}
+    seen = {"loss": loss, "norm": norm, "skipped": skipped, "after1": after1, "scale1": scale1, "counter1": counter1}
+    if case["overflow"]:  # inputs of 1e6: inf in float16's forward pass
+        _, norm2, skipped2 = unpack(fn(model, opt, loss_fn, tf.constant(x * 1e6), tf.constant(y), case["clip"]))
+        seen.update(after2=[w.numpy().tolist() for w in model.trainable_variables], scale2=_scale_state(opt)[0],
+                    skipped2=skipped2)
+    return seen
 
 
-@item("q3", points=3, title="train_step scales the loss, applies with the LossScaleOptimizer, skips overflows")
+def _skipped_flag(value):
+    """A bool, a 0-d bool tensor or array: True/False; anything else: its repr (the judge says so)."""
+    import numpy as np
+
+    array = np.asarray(value)
+    if array.shape == () and array.dtype == bool:
+        return bool(array)
+    return repr(value)[:80]
+
+
+def _q3_candidates(case, grads, norm):
+    """The weight update (flat) of the right step and of each classic mistake, by name."""
+    import numpy as np
+
+    lr, clip, scale = case["lr"], case["clip"], case["initial"]
+    g = _flat(grads)
+
+    def clipped(limit, n):
+        return min(1.0, limit / n)
+
+    per_tensor = np.concatenate([np.ravel(t) * clipped(clip, float(np.linalg.norm(t))) for t in grads])
+    return {"right": lr * clipped(clip, norm) * g,
+            "no_clip": lr * g,
+            "clipped_scaled": lr * clipped(clip, norm * scale) * g,
+            "divided_twice": lr * clipped(clip, norm) * g / scale,
+            "not_divided": lr * clipped(clip, norm) * g * scale,
+            "per_tensor": lr * per_tensor}
+
+
+def _q3_hint(kind, case) -> str:
+    scale = case["initial"]
+    return {
+        "no_clip": tr("That is the update of the gradients before clipping: clip their global norm to clip_norm."),
+        "clipped_scaled": tr("The gradients were clipped while still scaled: they are {scale:g} times (the loss scale) "
+                             "the true ones, so a limit of clip_norm on them is a limit of clip_norm / {scale:g} on "
+                             "the true gradients. Clip the scaled gradients to clip_norm times the scale (or clip "
+                             "after unscaling).", scale=scale),
+        "divided_twice": tr("The update is 1/{scale:g} (one over the loss scale) of the right one: the gradients "
+                            "passed to apply_gradients had already been divided by the scale (or clipped as if "
+                            "they had), and the LossScaleOptimizer divides them again.", scale=scale),
+        "not_divided": tr("The update is {scale:g} times (the loss scale) the right one: the scaled gradients reached "
+                          "the weights without being divided. {bypass}", scale=scale, bypass=_bypass()),
+        "per_tensor": tr("Each weight's gradient was clipped on its own: clip the global norm, over all the "
+                         "gradients together (tf.clip_by_global_norm)."),
+    }.get(kind, "")
+
+
+@item("q3", points=3, title="train_step clips the true gradients under loss scaling and logs norm and skips")
 class q3:
     def cases(rng):
         in_dim, hidden, n_classes = rng.randint(4, 11), 16, rng.randint(2, 5)
-        return [{"in_dim": in_dim, "hidden": hidden, "n_classes": n_classes, "lr": 0.5,
-                 "initial": 2.0 ** rng.randint(8, 12),
-                 "weights": _initial_weights(rng, in_dim, hidden, n_classes),
-                 "x": [[rng.random() for _ in range(in_dim)] for _ in range(8)],
-                 "y": [rng.randrange(n_classes) for _ in range(8)]}]
+        weights = _initial_weights(rng, in_dim, hidden, n_classes)
+        out = []
+        # clipping idle first (clipping the scaled gradients and dividing twice differ only there), then at work
+        for low, high, overflow in ((2.0, 4.0, False), (0.2, 0.5, True)):
+            x = [[rng.random() for _ in range(in_dim)] for _ in range(8)]
+            y = [rng.randrange(n_classes) for _ in range(8)]
+            _, grads = _reference_grads(weights, x, y)
+            norm = float(_flat(grads) @ _flat(grads)) ** 0.5
+            out.append({"in_dim": in_dim, "hidden": hidden, "n_classes": n_classes, "lr": 0.5,
+                        "initial": 2.0 ** rng.randint(8, 12), "weights": weights, "x": x, "y": y,
+                        "clip": round(norm * rng.uniform(low, high), 4), "overflow": overflow})
+        return out
 
     def observe(ns, case):
         return ns.kernel(_q3_observe, case)
@@ -378,51 +544,77 @@ class q3:
         if "api_mistake" in seen:
             raise Fail(tr("train_step raised {raised}. {advice}", raised=seen["raised"],
                           advice=_api_advice(seen["api_mistake"])))
-        initial = case["initial"]
+        initial, clip = case["initial"], case["clip"]
+        ref_loss, grads = _reference_grads(case["weights"], case["x"], case["y"])
+        norm = float(np.linalg.norm(_flat(grads)))
         setup = tr("a mixed_float16 model ({in_dim} inputs, {n_classes} classes), "
-                   "LossScaleOptimizer(SGD({lr}), initial_scale={initial:g}) and a batch of 8", in_dim=case["in_dim"],
-                   n_classes=case["n_classes"], lr=case["lr"], initial=initial)
-        ref_loss, want = _reference_step(case)
-        loss = seen["loss"]
-        if _number(loss) is None:
-            got = loss.get("not_scalar") if isinstance(loss, dict) else repr(loss)
-            raise Fail(tr("train_step should return the loss alone, as a scalar (a 0-d tensor or a number), got "
-                          "{got}", got=got))
+                   "LossScaleOptimizer(SGD({lr}), initial_scale={initial:g}), a batch of 8 whose gradients have a "
+                   "global norm of {norm:.4g}, and clip_norm={clip:g}", in_dim=case["in_dim"],
+                   n_classes=case["n_classes"], lr=case["lr"], initial=initial, norm=norm, clip=clip)
+        loss, got_norm = seen["loss"], seen["norm"]
+        if _number(loss) is None or _number(got_norm) is None:
+            got = loss.get("not_triple") if isinstance(loss, dict) else repr((loss, got_norm))
+            raise Fail(tr("train_step should return (loss, grad_norm, skipped): two scalars (0-d tensors or "
+                          "numbers) and a bool, got {got}", got=got))
         if not np.isclose(loss, ref_loss, rtol=2e-2, atol=1e-3):
             hint = (tr(" (that is the scaled loss: return the loss from before optimizer.scale_loss)")
                     if np.isclose(loss, ref_loss * initial, rtol=2e-2) else "")
             raise Fail(tr("with {setup}: train_step returned loss {loss:.5g}, expected the unscaled loss "
                           "{ref_loss:.5g}{hint}", setup=setup, loss=loss, ref_loss=ref_loss, hint=hint))
+        # float16 forward and backward passes: the gradients are within about 1% of the float64 ones
+        if not np.isclose(got_norm, norm, rtol=3e-2):
+            hint = ""
+            if np.isclose(got_norm, norm * initial, rtol=3e-2):
+                hint = tr(" That is the norm of the scaled gradients: divide it by the loss scale.")
+            elif np.isclose(got_norm, min(norm, clip), rtol=3e-2):
+                hint = tr(" That is the norm after clipping: report it from before.")
+            elif np.isclose(got_norm, norm / initial, rtol=3e-2):
+                hint = tr(" That is the true norm divided by the loss scale once more: the gradients you measured "
+                          "were not scaled (differentiate optimizer.scale_loss(loss)), or already divided.")
+            raise Fail(tr("with {setup}: grad_norm should be the global norm of the true (unscaled) gradients before "
+                          "clipping, {norm:.4g}; got {got:.4g}.{hint}", setup=setup, norm=norm, got=got_norm,
+                          hint=hint))
         delta = _flat(case["weights"]) - _flat(seen["after1"])
-        ratio = float(np.dot(delta, want) / np.dot(want, want)) if np.all(np.isfinite(delta)) else math.nan
-        if not (0.9 < ratio < 1.1) or np.linalg.norm(delta - want) > 0.1 * np.linalg.norm(want):
-            if math.isclose(ratio, initial, rel_tol=0.1):
-                raise Fail(tr("with {setup}: the weight update is {initial:g} times (the loss scale) the correct "
-                              "SGD step: the scaled gradients reached the weights without being divided. {bypass}",
-                              setup=setup, initial=initial, bypass=_bypass()))
-            if math.isclose(ratio, 1 / initial, rel_tol=0.1):
-                raise Fail(tr("with {setup}: the weight update is 1/{initial:g} of the correct SGD step: the "
-                              "gradients were divided by the scale without having been multiplied by it (or were "
-                              "divided twice). Differentiate "
-                              "optimizer.scale_loss(loss) and pass those gradients, unchanged, to the "
-                              "LossScaleOptimizer's apply_gradients (it divides by the scale itself)", setup=setup,
-                              initial=initial))
-            raise Fail(tr("with {setup}: the weight update is {ratio:.3g} times the correct SGD step. Differentiate "
-                          "optimizer.scale_loss(loss) and pass those gradients, unchanged, to the LossScaleOptimizer's "
-                          "apply_gradients", setup=setup, ratio=ratio))
+        candidates = _q3_candidates(case, grads, norm)
+        want = candidates["right"]
+        if not np.all(np.isfinite(delta)) or np.linalg.norm(delta - want) > 0.1 * np.linalg.norm(want):
+            errors = {k: np.linalg.norm(delta - c) / np.linalg.norm(c) for k, c in candidates.items()
+                      if k != "right" and np.all(np.isfinite(delta))}
+            near = sorted((e, k) for k, e in errors.items() if e < 0.1)
+            hint = " ".join(_q3_hint(k, case) for _, k in near) or tr(
+                "Differentiate optimizer.scale_loss(loss), clip those gradients so that the true gradients' global "
+                "norm is at most clip_norm, and pass them to the LossScaleOptimizer's apply_gradients, which "
+                "divides them by the scale.")
+            ratio = float(np.dot(delta, want) / np.dot(want, want)) if np.all(np.isfinite(delta)) else math.nan
+            raise Fail(tr("with {setup}: the weight update is {ratio:.3g} times the right one (SGD on the true "
+                          "gradients, clipped to a global norm of clip_norm). {hint}", setup=setup, ratio=ratio,
+                          hint=hint))
+        if seen["skipped"] is not False:
+            raise Fail(tr("with {setup}: the optimizer applied this step, so skipped should be False (a bool), got "
+                          "{got}", setup=setup, got=seen["skipped"]))
         if seen["counter1"] != 1 or seen["scale1"] != initial:
             raise Fail(tr("with {setup}: the weights moved correctly, but the LossScaleOptimizer did not count the "
                           "step (its step counter is {counter}, its scale {scale:g}). {bypass}", setup=setup,
                           counter=seen["counter1"], scale=seen["scale1"], bypass=_bypass()))
+        if not case["overflow"]:
+            return
         changed = not np.array_equal(_flat(seen["after1"]), _flat(seen["after2"]), equal_nan=True)
         if changed:
             raise Fail(tr("with {setup}: a batch of inputs around 1e6 (inf in float16) must not change the weights, "
-                          "but they changed. {bypass}", setup=setup, bypass=_bypass()))
+                          "but they changed: the LossScaleOptimizer did not see the overflow. Pass it the gradients "
+                          "with their inf and NaN (tf.clip_by_global_norm turns them into NaN, which is fine; "
+                          "tf.clip_by_value or zeroing makes them finite), and apply through it, not its "
+                          "inner_optimizer.", setup=setup))
         if seen["scale2"] != initial / 2:
             raise Fail(tr("with {setup}: after the overflowing batch the scale should halve to {half:g}, got "
-                          "{got:g}. Pass the gradients to apply_gradients as they are, inf and NaN "
-                          "included (no tf.where, clipping or zeroing): the LossScaleOptimizer needs to see them to "
-                          "skip the step and lower the scale", setup=setup, half=initial / 2, got=seen["scale2"]))
+                          "{got:g}. Clipping must keep inf and NaN as they are (tf.clip_by_global_norm turns them "
+                          "into NaN, which is fine; tf.clip_by_value or zeroing makes them finite): the "
+                          "LossScaleOptimizer needs to see them to skip the step and lower the scale", setup=setup,
+                          half=initial / 2, got=seen["scale2"]))
+        if seen["skipped2"] is not True:
+            raise Fail(tr("with {setup}: the LossScaleOptimizer skipped the overflowing step (the weights did not "
+                          "move and its iterations did not advance), so skipped should be True, got {got}",
+                          setup=setup, got=seen["skipped2"]))
 
 
 # --------------------------------------------------------------------------- q4

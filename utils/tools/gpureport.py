@@ -97,7 +97,8 @@ def preflight(gpus: list[dict] | None = None) -> list[dict]:
     if not gpus:
         raise NoGpuError(
             "make test-gpu needs an NVIDIA GPU, and this machine has none: nvidia-smi is missing or lists no "
-            "GPU. Nothing was installed. On a CPU-only machine run `make test` (the notebooks take their CPU "
+            "GPU (an Apple GPU under tensorflow-metal is not an NVIDIA GPU: this check needs CUDA). Nothing was "
+            "installed. On a CPU-only machine run `make test` (the notebooks take their CPU "
             "path); on Colab or Kaggle pick a GPU runtime first; on a GPU machine install the NVIDIA driver "
             "and check that `nvidia-smi` lists the card.")
     return gpus

@@ -46,8 +46,6 @@ def test_scan_flags_patching_modules_and_classes():
     ("exec('1')", "calls exec() (dynamic code)"),
     ("import gc\ngc.get_objects()", "imports gc"),
     ("import ctypes", "imports ctypes"),
-    ("import atexit\natexit.register(print)", "imports atexit (late action (atexit))"),
-    ("import threading", "imports threading (late action (threads))"),
     ("from multiprocessing import Process", "imports multiprocessing (processes)"),
     ("f = lambda: 1\nf.__code__", "uses .__code__"),
     ("import sys\nsys.audit('gpucourse.observed', 'q1', '{}')", "uses .audit (audit hooks)"),
@@ -55,6 +53,12 @@ def test_scan_flags_patching_modules_and_classes():
 ])
 def test_scan_flags_primitives_a_cheat_needs(src, fragment):
     assert fragment in _flags(src)
+
+
+def test_a_thread_or_an_atexit_hook_is_not_flagged_by_the_scan():
+    """Nothing is read after the checks and every process is killed first; the tripwire reports threads left
+    running. Importing threading for honest work is no reason for review."""
+    assert _flags("import threading, atexit\nthreading.Thread(target=print).start()") == ""
 
 
 def test_scan_knows_the_lab_template_and_answer_helpers():

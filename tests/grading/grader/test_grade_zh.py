@@ -118,25 +118,25 @@ def test_check_prints_chinese_in_a_zh_folder_with_the_same_points(lang, tmp_path
 
 
 def test_a_translation_with_wrong_fields_falls_back_to_english(lang, monkeypatch):
-    from gpucourse.grading import items
+    from gpucourse.grading import messages
 
     lang.setenv("GPUCOURSE_LANG", "zh_CN")
-    monkeypatch.setitem(items._CATALOGUES, "zh_CN", {"Score: {got}/{total}": "得分：{points}/{total}"})
-    assert items.tr("Score: {got}/{total}", got=1, total=2) == "Score: 1/2"
-    assert items.tr("no such message") == "no such message"
+    monkeypatch.setitem(messages._CATALOGUES, "zh_CN", {"Score: {got}/{total}": "得分：{points}/{total}"})
+    assert messages.tr("Score: {got}/{total}", got=1, total=2) == "Score: 1/2"
+    assert messages.tr("no such message") == "no such message"
 
 
 def test_the_catalogue_is_complete_and_read_alike_by_the_grader_and_by_gettext_tools(tmp_path):
     import shutil
     import subprocess
 
+    from gpucourse.grading import messages
     from gpucourse.tools import i18n
-    from gpucourse.grading import items
 
     assert i18n.check_catalogue() == [], "run `python -m gpucourse.i18n messages` and translate what it added"
     text = i18n.CATALOGUE.read_text(encoding="utf-8")
     by_tools = {e.msgid: e.msgstr for e in i18n.read_po(text) if e.translated and e.msgid}
-    assert items._read_catalogue(text) == by_tools and len(by_tools) >= 50
+    assert messages._read_catalogue(text) == by_tools and len(by_tools) >= 50
     if shutil.which("msgfmt"):  # --check verifies that every translation keeps the English {fields}
         res = subprocess.run(["msgfmt", "--check", "-o", str(tmp_path / "m.mo"), str(i18n.CATALOGUE)],
                              capture_output=True, text=True)

@@ -82,13 +82,16 @@ def test_kernel_source_of_every_lab_keeps_what_its_kernel_functions_use():
     tricky = '''
 from gpucourse.grading.items import Fail, in_kernel, item
 A, B = 1, 2
+[(K, _), *L] = (2, 0), 3
+M = 3
+M = M * K
 _REF = {"x": 1}
 
 def _reference(x):
     return _REF[x]
 
 def _build(x):
-    return [x] * A
+    return [x] * A * M
 
 @in_kernel
 def _observe(ns, x):
@@ -108,6 +111,8 @@ class q1:
     assert "_REF" not in stripped and "def _reference" not in stripped and "class q1" not in stripped
     assert "A, B = 1, 2" in stripped and "def _build" in stripped and "def _observe" in stripped
     assert stripped.count("\n") == tricky.count("\n") + (0 if tricky.endswith("\n") else 1)
+    # every binding a kept function reads is kept: tuple targets, nested ones, and a name bound twice
+    assert load_test_source(stripped, "k.py")._build("x") == ["x"] * 6
     for lab in lab_ids():
         text = lab_test_path(lab).read_text()
         full, kept = load_test_source(text, f"lab{lab}.py"), load_test_source(judge.kernel_source(text), "k.py")

@@ -65,6 +65,12 @@ def test_the_template_alone_makes_no_two_labs_similar(every_pair):
     assert [(p.a, p.b) for p in bare] == [untouched] and bare[0].score > 0.9
 
 
+def test_the_public_solution_and_template_are_found_beside_the_package():
+    root = Path(__file__).resolve().parents[3]  # this checkout, where the package is installed from
+    assert find_solution("03") == sorted((root / "solutions").glob("03_*.ipynb"))[0]
+    assert find_template("03") and find_solution("99") is None and find_solution(None) is None
+
+
 def test_a_copy_of_the_public_solution_is_found():
     solution = find_solution("03")
     pairs = find_similar({"mallory": solution, "alice": FIXTURES / "alice.ipynb"}, find_template("03"), solution)
@@ -100,6 +106,7 @@ def test_write_similarity_writes_the_csv_and_copydetects_html(tmp_path):
     html = (tmp_path / HTML_NAME).read_text(encoding="utf-8")
     assert "alice.py" in html and "bob.py" in html and "gpucourse-similarity-" not in html  # no temporary paths
     assert "1 pair(s) above 0.6" in said[-1] and "alice~bob" in said[-1] and "no score changed" in said[-1]
+    assert not [line for line in said if "no template" in line or "no public solution" in line], said
     first = (tmp_path / CSV_NAME).read_bytes()
     write_similarity(subs, tmp_path, lab="03", echo=said.append)
     assert (tmp_path / CSV_NAME).read_bytes() == first  # the same batch, the same report

@@ -4,7 +4,7 @@ Grades ``--copies`` copies of a lab's solution and as many of its unsolved noteb
 with ``--jobs`` workers (what ``gpucourse-grade <folder> --jobs N`` does) and prints the wall time
 per submission and the CPU seconds per submission (kernels included: on a machine other jobs
 share, wall time says little, CPU time much more), plus the median seconds of each stage (kernel
-start, the guard's set-up, the submission's cells, the checks, judging). The first submission of
+start, the submission's cells, the checks, judging). The first submission of
 each worker also pays for importing the tests and for judges' one-time probes; more copies spread
 that cost.
 Timings depend on the machine's load: run it on a quiet machine, more than once.
@@ -27,7 +27,7 @@ def measure(lab: str = "01", copies: int = 3, jobs: int = 2, root: Path | None =
     """Grade the copies as one batch; seconds per submission and per stage, and the verdicts."""
     from .cli import grade_batch
 
-    root = root or Path(__file__).resolve().parents[2]
+    root = root or Path(__file__).resolve().parents[3]  # the repository: utils/grading/grader/ is three below it
     sol = sorted((root / "solutions").glob(f"{lab}_*.ipynb"))
     unsolved = sorted((root / "labs").glob(f"{lab}_*.ipynb"))
     if not sol or not unsolved:

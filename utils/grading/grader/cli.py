@@ -25,10 +25,10 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 from .gradebook import canvas_csv, read_gradebook, write_canvas, write_gradebook
-from .report import GradeReport
+from .report import GradeReport, is_practice
 from ..items import ITEM_TIMEOUT_S
 from .runner import DEFAULT_TIMEOUT_S, grade_notebook, lab_of
-from .manifest import MANIFEST, seal, verify
+from .manifest import MANIFEST, practice_marks, seal, verify
 from .similarity import DEFAULT_THRESHOLD, write_similarity
 
 __all__ = ["discover", "grade_batch", "main"]
@@ -232,22 +232,29 @@ def _lms_main(argv) -> int:
         ap.error(str(exc))
     write_canvas(table, a.out)
     print(f"{len(table) - 2} learner(s), {len(table[0]) - 5} lab column(s) written to {a.out}")
+    practice = [f"{r.get('learner')} (lab {r.get('lab')})" for rows in books for r in rows if is_practice(r)]
+    if practice:
+        print(f"warning: {len(practice)} practice grade(s) left empty, not marks to upload (grade them again with "
+              f"bubblewrap or in a container per submission): " + ", ".join(practice[:10])
+              + (" ..." if len(practice) > 10 else ""))
     return 0
 
 
 def _verify_main(argv) -> int:
     ap = argparse.ArgumentParser(prog="gpucourse-grade verify",
-                                 description="Check that a results folder is exactly what the grader wrote and sealed.")
+                                 description="Check that a results folder is exactly what the grader wrote and "
+                                             "sealed, and that none of its grades is practice only.")
     ap.add_argument("folders", nargs="+", type=Path, help="folders written by gpucourse-grade (MANIFEST.json inside)")
     a = ap.parse_args(argv)
     bad = 0
     for folder in a.folders:
         problems = verify(folder)
+        practice = set(practice_marks(folder))
         bad += bool(problems)
         for line in problems:
-            print(f"CHANGED {line}")
+            print(f"{'PRACTICE' if line in practice else 'CHANGED'} {line}")
         if not problems:
-            print(f"ok {folder}: every result file is as the grader sealed it")
+            print(f"ok {folder}: every result file is as the grader sealed it, and no grade in it is practice only")
     return 1 if bad else 0
 
 

@@ -109,12 +109,12 @@ _SUSPICIOUS_ATTRS = {
     "settrace": "tracing", "setprofile": "tracing", "addaudithook": "audit hooks", "audit": "audit hooks",
     "modules": None, "fork": "processes", "_exit": "processes", "kill": "processes", "dup2": "file descriptors",
 }
+#: (Threads, tasks and atexit hooks are no longer scanned for: nothing is read after the checks, every process
+#: is killed first, and the tripwire reports the threads a submission really left running.)
 _SUSPICIOUS_MODULES = {
     "inspect": "frame introspection", "gc": "object walks (gc)", "ctypes": "raw memory (ctypes)",
-    "atexit": "late action (atexit)", "threading": "late action (threads)", "_thread": "late action (threads)",
     "multiprocessing": "processes", "subprocess": "processes", "signal": "signals", "builtins": "builtins",
-    "importlib": "dynamic import", "concurrent": "late action (threads)", "asyncio": "late action (tasks)",
-    "trace": "tracing", "sys.monitoring": "tracing",
+    "importlib": "dynamic import", "trace": "tracing", "sys.monitoring": "tracing",
 }
 _DYNAMIC_CALLS = {"exec", "eval", "compile", "__import__", "breakpoint"}
 
@@ -316,8 +316,9 @@ MEANING = {"introspection": "read frames or walked objects", "dynamic-code": "ra
 def tripwire_flags(connections: list[list], problems=(), calls: int | None = None) -> list[str]:
     """Review flags from the tripwire's records: one list of ``(kind, body)`` per kernel started.
 
-    ``calls``: how many calls the observer made; the agent raises a look before and after each, so fewer
-    looks than ``2 * calls`` over all connections means the tripwire was silenced. ``problems``: what the
+    ``calls``: how many calls the agents answered; the agent raises a look before and after each, so fewer
+    looks than ``2 * calls`` over all connections means the tripwire was silenced (a call whose kernel hung
+    or died is not counted: it may lack its second look). ``problems``: what the
     listener refused (a connection with a wrong token or a broken frame).
     """
     flags: list[str] = [f"tripwire: {p}" for p in problems]

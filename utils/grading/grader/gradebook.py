@@ -9,8 +9,8 @@ Per lab (:func:`write_gradebook`, what ``gpucourse-grade <folder>`` writes into 
   same file); ``reports/<learner>.json`` one report each; ``feedback/<learner>.txt`` the
   learner-facing table (flags included, with their reasons);
 * ``canvas.csv``: this lab as one Canvas gradebook column (see below);
-* ``MANIFEST.json``, written last: the digest of every file above (:mod:`.seal`;
-  ``gpucourse-grade verify OUT/`` names any file changed since).
+* ``MANIFEST.json``, written last: the digest of every file above (:mod:`.manifest`;
+  ``gpucourse-grade verify OUT/`` names any file changed since, and every practice grade).
 
 Across labs (:func:`canvas_csv`, ``gpucourse-grade lms``): Canvas imports a CSV whose first columns
 are ``Student``, ``ID``, ``SIS User ID``, ``SIS Login ID``, ``Section``, followed by one column per
@@ -18,7 +18,7 @@ assignment named ``Assignment name (assignment id)`` (a column without an id cre
 assignment), and an optional ``Points Possible`` row under the header. Give a Canvas gradebook
 export as ``roster`` to fill the identity columns and keep learners who submitted nothing. Nobody
 is dropped: a learner missing from a lab gets an empty cell; any submission that was found scores
-its points (0 for crashed, timed-out, malformed or empty ones, whose status stays in the lab's own
+its points (0 for a malformed, empty or ``error`` one, whose status and reason stay in the lab's own
 gradebook), except a *practice* grade, whose cell stays empty: it is not a mark to upload.
 """
 
@@ -28,7 +28,7 @@ import csv
 import json
 from pathlib import Path
 
-from .report import GradeReport
+from .report import GradeReport, is_practice
 from .manifest import seal
 
 __all__ = ["CANVAS_IDENTITY", "canvas_csv", "read_gradebook", "write_canvas", "write_gradebook"]
@@ -135,7 +135,7 @@ def canvas_csv(gradebooks: list[list[dict]], roster: Path | None = None,
         cells = []
         for lab in lab_ids:
             r = labs[lab].get(learner) if learner else None
-            if r is not None and r.get("status") == "graded" and r.get("mode") == "practice":
+            if r is not None and is_practice(r):
                 cells.append("")  # not a mark to upload (the gradebook keeps it, with the reason)
             else:
                 cells.append("" if r is None else str(r.get("score", 0) if r.get("status") == "graded" else 0))

@@ -12,9 +12,14 @@ submission, with the learner's files in ``/autograder/submission``, and must wri
 
 * ``setup.sh``: creates ``/autograder/venv`` and installs ``requirements.txt`` (CPU TensorFlow and
   the course's other dependencies, pinned like ``pyproject.toml``) and the course package itself;
-* ``run_autograder``: runs ``python -m gpucourse.grading.grader.gradescope run``;
+* ``run_autograder``: runs ``python -m gpucourse.grading.grader.gradescope run`` with
+  ``GPUCOURSE_CONTAINER=per-submission``: Gradescope's container holds this submission only, so with the
+  seccomp filter on the mark is *summative* even where bubblewrap cannot run (:func:`.runner.summative`);
+  the same ``run`` without that variable grades a weakly isolated kernel as *practice*;
 * ``requirements.txt``, ``config.json`` (lab, time limit, visibility of hidden tests);
-* ``course/``: the course package (public tests included) and the lab's notebook (for the scan);
+* ``course/``: the whole course package (public tests included; its packages listed in the course's
+  ``pyproject.toml``, or read from the folders when the course was installed from a wheel) and the lab's
+  notebook (for the scan);
 * ``tests/``: the hidden test files given with ``--extra-tests``.
 
 :func:`run` grades the one notebook in ``<root>/submission`` with the same grader as the command
@@ -48,7 +53,7 @@ __all__ = ["VISIBILITIES", "build_bundle", "results_json", "run"]
 
 VISIBILITIES = ("visible", "after_due_date", "after_published", "hidden")
 HERE = Path(__file__).resolve().parent
-PACKAGE = HERE.parent
+PACKAGE = HERE.parents[1]  # the course package (utils/, imported as gpucourse): grading/grader/ is two below it
 ROOT_ENV = "GPUCOURSE_AUTOGRADER_ROOT"
 
 SETUP_SH = """\
@@ -157,14 +162,23 @@ def build_bundle(lab: str, extra_tests=(), out: Path | str = "autograder.zip", t
             for nb in sorted((root / "labs").glob(f"{lab}_*.ipynb")):
                 zf.write(nb, f"course/labs/{nb.name}")
         else:  # installed from a wheel: a minimal project that installs the same package
-            zf.writestr("course/pyproject.toml", _MINIMAL_PYPROJECT)
+            zf.writestr("course/pyproject.toml", _minimal_pyproject())
             zf.writestr("course/README.md", "gpucourse (autograder copy)\n")
         for p in extra:
             zf.write(p, f"tests/{p.name}")
     return out
 
 
-_MINIMAL_PYPROJECT = """\
+def _packages() -> list[str]:
+    """Every package of the course (a folder of :data:`PACKAGE` with an ``__init__.py``), read from the folders."""
+    return sorted(".".join(("gpucourse",) + p.parent.relative_to(PACKAGE).parts)
+                  for p in PACKAGE.rglob("__init__.py") if "__pycache__" not in p.parts)
+
+
+def _minimal_pyproject() -> str:
+    """A project that installs the course package as the course's own ``pyproject.toml`` does."""
+    packages = ", ".join(f'"{name}"' for name in _packages())
+    return f"""\
 [build-system]
 requires = ["setuptools>=77", "wheel"]
 build-backend = "setuptools.build_meta"
@@ -176,8 +190,12 @@ readme = "README.md"
 requires-python = ">=3.10"
 
 [tool.setuptools]
-package-dir = { "gpucourse" = "utils" }
-packages = ["gpucourse", "gpucourse.grading", "gpucourse.labtests"]
+package-dir = {{ "gpucourse" = "utils" }}
+packages = [{packages}]
+
+[tool.setuptools.package-data]
+gpucourse = ["py.typed"]
+"gpucourse.grading" = ["locale/*.po"]
 """
 
 
@@ -263,6 +281,9 @@ def run(root: Path) -> dict:
             report = grade_notebook(nb, lab=lab, extra_tests=hidden, timeout=config.get("timeout", 300),
                                     conceal=[str(out)])
         except Exception as exc:  # never leave Gradescope without a results.json
+            import traceback
+
+            traceback.print_exc()  # for the instructor (Gradescope shows the autograder's output to staff only)
             report = GradeReport(str(nb), lab, "error", f"the grader failed: {type(exc).__name__}: {exc}")
     results = results_json(report, vis)
     if note and nb is not None:

@@ -193,14 +193,15 @@ def kernel_source(text: str) -> str:
         tree = parse_python(text)
     except (SyntaxError, SystemError):  # SystemError: see parse_python
         return text
-    defined = {}
+    defined: dict[str, list] = {}  # every module-level definition of a name (a name may be bound twice)
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            defined[node.name] = node
+            defined.setdefault(node.name, []).append(node)
         elif isinstance(node, (ast.Assign, ast.AnnAssign)):
             for t in node.targets if isinstance(node, ast.Assign) else [node.target]:
-                if isinstance(t, ast.Name):
-                    defined[t.id] = node
+                for sub in ast.walk(t):  # `A, (B, C) = ...` and `[A, *B] = ...` bind every name in them
+                    if isinstance(sub, ast.Name):
+                        defined.setdefault(sub.id, []).append(node)
 
     def is_root(n) -> bool:
         if _is_kernel_function(n):
@@ -215,7 +216,7 @@ def kernel_source(text: str) -> str:
         if id(node) in keep:
             continue
         keep.add(id(node))
-        todo += [defined[sub.id] for sub in ast.walk(node) if isinstance(sub, ast.Name) and sub.id in defined]
+        todo += [d for sub in ast.walk(node) if isinstance(sub, ast.Name) for d in defined.get(sub.id, ())]
     lines = text.splitlines()
     blank: set[int] = set()
     for node in tree.body:

@@ -34,7 +34,7 @@ class Link:
         self._callbacks: dict = {}  # function id -> callable
         self.closed = threading.Event()
         self.killed = False  # the check killed this process on purpose
-        self.calls = 0
+        self.calls = 0  # calls answered (a call whose kernel hung or died may lack its looks)
         self.problem = ""
         for kind, body in early:
             self._dispatch(kind, body)
@@ -62,11 +62,12 @@ class Link:
     def call(self, body: dict, deadline: float) -> dict:
         """Send ``body`` (``op`` and its fields) and return the agent's result body; CallTimeout or KernelLost."""
         call_id = next(self._ids)
-        slot = self._pending[call_id] = [threading.Event(), None]
-        self.calls += 1
+        self._pending[call_id] = [threading.Event(), None]
         try:
             self._send("call", {"id": call_id, **body})
         except OSError as exc:
+            if self.killed:
+                raise ProcessKilled("the check killed the process") from None
             raise KernelLost(f"the kernel's agent is gone ({exc})") from None
         self.last_call = call_id
         return self.wait(call_id, deadline)
@@ -85,6 +86,7 @@ class Link:
                 raise CallTimeout(call_id)
             slot[0].wait(min(left, 0.2))
         self._pending.pop(call_id, None)
+        self.calls += 1  # answered calls only: the agent raised a look before and after each of them
         return slot[1]
 
     def stop(self) -> None:
@@ -114,6 +116,8 @@ class Link:
             self.problem = f"the kernel's agent sent a broken frame ({exc})"
         except OSError:
             pass
+        except Exception as exc:  # noqa: BLE001 (a signed frame the observer cannot use: the agent is not ours)
+            self.problem = f"the kernel's agent sent a frame the grader cannot use ({type(exc).__name__}: {exc})"
         finally:
             self.closed.set()
 
@@ -122,7 +126,7 @@ class Link:
             return
         if kind == "result":
             slot = self._pending.get(body.get("id"))
-            if slot is not None:
+            if slot is not None and not slot[0].is_set():  # the first answer counts (an interrupt can add one)
                 slot[1] = body
                 slot[0].set()
         elif kind == "callback":

@@ -5,8 +5,9 @@ SHA-256 of every result file and an HMAC-SHA256 of that list, keyed by a secret 
 grading account (:func:`key_path`: ``$GPUCOURSE_GRADING_KEY``, else
 ``~/.config/gpucourse/grading.key``, made on first use, mode 0600). The sandboxed kernel never
 sees the key (it is mounted over, and belongs to another user). :func:`verify` recomputes every
-digest and the HMAC and names each result file that was changed, removed or added, and a manifest
-that was rewritten without the key.
+digest and the HMAC and names each result file that was changed, removed or added, a manifest
+that was rewritten without the key, and every *practice* grade in the folder (:func:`practice_marks`:
+a mark from a kernel that was not isolated enough is not one to upload).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import json
 import os
 import secrets
 from pathlib import Path
+
+from .report import is_practice
 
 __all__ = ["MANIFEST", "key_path", "practice_marks", "seal", "verify"]
 
@@ -84,7 +87,8 @@ def seal(folder: Path | str, files=None) -> Path:
 
 
 def verify(folder: Path | str) -> list[str]:
-    """What changed in ``folder`` since it was sealed, one line per file (empty: intact)."""
+    """What changed in ``folder`` since it was sealed, one line per file, then one line per practice grade
+    (:func:`practice_marks`); empty: intact, and every grade in it is a mark to upload."""
     folder = Path(folder)
     path = folder / MANIFEST
     if not path.is_file():
@@ -113,13 +117,28 @@ def verify(folder: Path | str) -> list[str]:
 
 
 def practice_marks(folder: Path | str) -> list[str]:
-    """One line per submission of ``folder``'s gradebook graded as *practice* (its kernel was not isolated
-    enough for a mark to upload: see :func:`gpucourse.grading.grader.runner.summative`)."""
-    path = Path(folder) / "gradebook.json"
-    try:
-        rows = json.loads(path.read_text()) if path.is_file() else []
-    except ValueError:
-        return []
-    return [f"{path}: {r.get('learner')} was graded as practice ({r.get('reason') or 'weak isolation'}): "
-            "not a mark to upload; grade again with bubblewrap or in a container per submission"
-            for r in rows if isinstance(r, dict) and r.get("status") == "graded" and r.get("mode") == "practice"]
+    """One line per submission graded as *practice* in ``folder`` (its kernel was not isolated enough for a
+    mark to upload: see :func:`gpucourse.grading.grader.runner.summative`): the rows of its
+    ``gradebook.json``, every single report (``gpucourse-grade x.ipynb --out folder``) beside it, and a
+    Gradescope ``results.json`` (its ``extra_data``)."""
+    folder = Path(folder)
+    found = []
+    for path in sorted(folder.glob("*.json")):
+        if path.name == MANIFEST:
+            continue
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if path.name == "gradebook.json" and isinstance(data, list):
+            rows = data
+        elif isinstance(data, dict) and isinstance(data.get("extra_data"), dict):  # Gradescope's results.json
+            rows = [{**data["extra_data"], "learner": "the submission"}]
+        else:
+            rows = [data]
+        for r in rows:
+            if is_practice(r):
+                who = r.get("learner") or Path(str(r.get("submission") or path.stem)).name
+                found.append(f"{path}: {who} was graded as practice ({r.get('reason') or 'weak isolation'}): "
+                             "not a mark to upload; grade again with bubblewrap or in a container per submission")
+    return found

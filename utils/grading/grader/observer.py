@@ -23,7 +23,7 @@ import time
 
 from .. import items as items_module
 from .. import protocol
-from ..items import (Fail, ItemTimeout, KernelLost, NotDefined, ProcessKilled, RaisedInKernel,
+from ..items import (Fail, ItemTimeout, KernelLost, NotDefined, RaisedInKernel,
                      RaisedNotImplementedInKernel, tr)
 from .link import CallTimeout
 

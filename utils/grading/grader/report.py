@@ -20,10 +20,15 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-__all__ = ["GradeReport", "STATUSES"]
+__all__ = ["GradeReport", "STATUSES", "is_practice"]
 
 STATUSES = ("graded", "malformed", "empty", "error")
 _MARK = {"pass": "pass", "fail": "FAIL", "todo": "todo", "error": "ERROR"}
+
+
+def is_practice(report: dict) -> bool:
+    """Whether a report (as a dict, e.g. a gradebook row) is a *practice* grade: graded, but not a mark to upload."""
+    return isinstance(report, dict) and report.get("status") == "graded" and report.get("mode") == "practice"
 
 
 @dataclass

@@ -95,7 +95,7 @@ def summative(box, seccomp_on: bool) -> tuple[bool, str]:
         return True, f"a container per submission ({CONTAINER_ENV}=per-submission), with the seccomp filter on"
     missing = [] if box.allow_list or container else ["bubblewrap's allow-list (or a container per submission)"]
     missing += [] if seccomp_on else ["the seccomp filter"]
-    return False, "practice only: no " + " and no ".join(missing)
+    return False, "practice only: without " + " and without ".join(missing)
 
 
 def _placeholder(plan, reason: str) -> list[dict]:

@@ -5,8 +5,10 @@ aarch64). The kernel's launcher (:mod:`gpucourse.grading.kernel.launch`) install
 else runs, with ``no_new_privs`` set; no process can remove a seccomp filter, and every process the
 kernel starts inherits it. It refuses, with ``EPERM``:
 
-* ``ptrace``, ``process_vm_readv``/``process_vm_writev``, ``perf_event_open``, ``kcmp``: reading or
-  changing another process's memory;
+* ``ptrace``, ``process_vm_readv``/``process_vm_writev``, ``perf_event_open``, ``kcmp``, ``pidfd_getfd``:
+  reading or changing another process's memory, or taking its open files;
+* ``io_uring_setup``/``_enter``/``_register``: an io_uring runs socket, connect and open operations inside
+  the kernel, where no seccomp filter sees them (it would undo the socket rule below);
 * ``socket`` for any family but Unix sockets and netlink (``EAFNOSUPPORT``): no network, only the grader's
   socket (the kernel talks to the grader and to Jupyter over Unix sockets);
 * every system call of another ABI (x86's 32-bit ``int 0x80`` and x32), which would pass the checks above.
@@ -31,14 +33,17 @@ _NR, _ARCH, _ARG0 = 0, 4, 16  # offsets in struct seccomp_data (args[0]'s low 32
 #: machine name -> (AUDIT_ARCH, {syscall: number}, lowest number of a foreign ABI to refuse or None)
 ARCHES = {
     "x86_64": (0xC000003E, {"ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311, "perf_event_open": 298,
-                            "kcmp": 312, "socket": 41}, 0x40000000),
+                            "kcmp": 312, "pidfd_getfd": 438, "io_uring_setup": 425, "io_uring_enter": 426,
+                            "io_uring_register": 427, "socket": 41}, 0x40000000),
     "aarch64": (0xC00000B7, {"ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271, "perf_event_open": 241,
-                             "kcmp": 272, "socket": 198}, None),
+                             "kcmp": 272, "pidfd_getfd": 438, "io_uring_setup": 425, "io_uring_enter": 426,
+                             "io_uring_register": 427, "socket": 198}, None),
 }
 ARCHES["arm64"] = ARCHES["aarch64"]
 ARCHES["amd64"] = ARCHES["x86_64"]
 #: System calls refused outright.
-BLOCKED = ("ptrace", "process_vm_readv", "process_vm_writev", "perf_event_open", "kcmp")
+BLOCKED = ("ptrace", "process_vm_readv", "process_vm_writev", "perf_event_open", "kcmp", "pidfd_getfd",
+           "io_uring_setup", "io_uring_enter", "io_uring_register")
 #: Socket families allowed: AF_UNIX, AF_NETLINK.
 SOCKET_FAMILIES = (1, 16)
 

@@ -127,6 +127,7 @@ class Listener:
                     break
                 records.extend(reader.feed(data))
         except protocol.ProtocolError as exc:
+            records.extend(exc.frames)  # the good records read in the same chunk, before the broken one
             records.append(("broken", str(exc)))
         except OSError:
             pass
@@ -296,6 +297,8 @@ class KernelSession:
                 if not self.km.is_alive():
                     return "dead", error
                 continue
+            except Exception:  # noqa: BLE001 (the kernel's messages no longer parse: it broke its own channel)
+                return "dead", error
             if msg.get("parent_header", {}).get("msg_id") != msg_id:
                 continue
             kind, content = msg["msg_type"], msg["content"]
@@ -335,7 +338,7 @@ class KernelSession:
 
     @property
     def calls(self) -> int:
-        """Calls the observer made to this kernel's agents (each is bracketed by two tripwire looks)."""
+        """Calls this kernel's agents answered (each is bracketed by two tripwire looks)."""
         return self._calls + (self.link.calls if self.link is not None else 0)
 
     def _note_cpu(self) -> None:

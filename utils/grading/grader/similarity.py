@@ -51,6 +51,8 @@ CSV_NAME, HTML_NAME = "similarity.csv", "similarity.html"
 INSTALL = "copydetect>=0.5,<0.6"
 #: Code beyond this many characters of one notebook is not compared (a padded notebook cannot stall the grader).
 MAX_CHARS = 200_000
+#: The repository this package is in (``utils/grading/grader/`` is three folders below it).
+ROOT = Path(__file__).resolve().parents[3]
 HEADER = ["learner_a", "learner_b", "score", "share_a", "share_b", "shared_tokens", "shared_lines_a",
           "shared_lines_b"]
 
@@ -193,7 +195,7 @@ def find_solution(lab: str | None) -> Path | None:
     """The lab's public solution notebook (``solutions/NN_*.ipynb`` next to the package), if present."""
     if not lab:
         return None
-    found = sorted((Path(__file__).resolve().parent.parent.parent / "solutions").glob(f"{lab}_*.ipynb"))
+    found = sorted((ROOT / "solutions").glob(f"{lab}_*.ipynb"))
     return found[0] if found else None
 
 

@@ -55,8 +55,9 @@ def serve(protocol: dict, address: str, token: str, key: bytes, user_ns: dict) -
 
     def send(kind: str, body) -> None:
         with lock:
-            sock.sendall(encode(key, seq[0], kind, body))
-            seq[0] += 1
+            frame = encode(key, seq[0], kind, body)
+            seq[0] += 1  # before writing: sendall reports an interrupt that came after it wrote the whole frame
+            sock.sendall(frame)
 
     inbox: queue.Queue = queue.Queue()
     waiting: dict = {}  # callback id -> [event, reply]
@@ -128,33 +129,43 @@ def serve(protocol: dict, address: str, token: str, key: bytes, user_ns: dict) -
         raise ValueError(f"unknown request {op!r}")
 
     audit = sys.audit
-    while True:
-        try:
-            kind, body = inbox.get()
-        except KeyboardInterrupt:  # the observer's interrupt came late: nothing is running
-            continue
-        if kind != "call":
-            break
-        call_id, sent = body.get("id"), False
-        try:
-            audit("gpucourse.look", call_id)
-            try:
-                value = answer(body)
-                out = {"id": call_id, "ok": plain(value, tuples=True)}
-            except BaseException as exc:  # noqa: BLE001 (the learner's code may raise anything)
-                out = {"id": call_id, "raised": _describe(exc, plain)}
-            audit("gpucourse.look", call_id)
-            send("result", out)
-            sent = True
-        except KeyboardInterrupt:
-            if not sent:
-                send("result", {"id": call_id, "raised": {"type": "KeyboardInterrupt",
-                                                          "mro": ["KeyboardInterrupt", "BaseException"],
-                                                          "message": "interrupted", "where": None}})
     try:
+        while True:
+            try:
+                kind, body = inbox.get()
+            except KeyboardInterrupt:  # the observer's interrupt came late: nothing is running
+                continue
+            if kind != "call":
+                break
+            call_id, sent = body.get("id"), False
+            try:
+                audit("gpucourse.look", call_id)
+                try:
+                    value = answer(body)
+                    out = {"id": call_id, "ok": plain(value, tuples=True)}
+                except BaseException as exc:  # noqa: BLE001 (the learner's code may raise anything)
+                    out = {"id": call_id, "raised": _describe(exc, plain)}
+                audit("gpucourse.look", call_id)
+                try:
+                    send("result", out)
+                except OSError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 (an answer too big, an int of too many digits...)
+                    raised = _describe(exc, plain)
+                    raised["message"] = "the answer could not be sent to the grader: " + raised["message"]
+                    send("result", {"id": call_id, "raised": raised})
+                sent = True
+            except KeyboardInterrupt:
+                if not sent:
+                    send("result", {"id": call_id, "raised": {"type": "KeyboardInterrupt",
+                                                              "mro": ["KeyboardInterrupt", "BaseException"],
+                                                              "message": "interrupted", "where": None}})
+    finally:  # however serve ends, the observer must see the connection close (not wait for its deadline)
+        try:
+            sock.shutdown(socket.SHUT_RDWR)  # close() alone leaves it open while the reader thread is in recv()
+        except OSError:
+            pass
         sock.close()
-    except OSError:
-        pass
 
 
 class _Learner:
@@ -213,13 +224,26 @@ def _library_roots() -> tuple:
 
 
 def _describe(exc: BaseException, plain) -> dict:
-    """An exception as plain data: its type, the names of its classes, its message, where in the learner's code."""
+    """An exception as plain data: its type, the names of its classes, its message, where in the learner's code.
+
+    The learner's exception runs its own code here (``__str__``, a metaclass's ``__name__``); whatever that
+    raises, ``SystemExit`` included, the answer is still a description, from the type's own slots.
+    """
+    try:
+        return _describe_fully(exc, plain)
+    except BaseException:  # noqa: BLE001
+        name_of, mro_of = type.__dict__["__name__"].__get__, type.__dict__["__mro__"].__get__
+        mro = [str.__str__(name_of(c)) for c in mro_of(type(exc))]
+        return {"type": mro[0], "mro": mro, "message": "<unprintable>", "where": None, "learner": False}
+
+
+def _describe_fully(exc: BaseException, plain) -> dict:
     import traceback
 
     mro = [c.__name__ for c in type(exc).__mro__]
     try:
         message = str(exc)
-    except Exception:  # noqa: BLE001
+    except BaseException:  # noqa: BLE001
         message = "<unprintable>"
     where = None
     try:

@@ -14,11 +14,15 @@ cannot be removed). The hook sends a ``flag`` record when the submission's own c
 
 and, at each ``gpucourse.look`` event (the agent raises one before and after every call), a ``look``
 record: Python signal handlers, profiler and tracer, and threads that were not there when it was
-installed. The grader turns these into review flags (:mod:`gpucourse.grading.grader.flags`).
+installed (each as the function it runs, read from its frames). The grader turns these into review flags
+(:mod:`gpucourse.grading.grader.flags`).
 
-It fails closed: an exception inside the hook becomes a ``tripwire-error`` flag, and a missing ``look``
-shows as ``silenced``. The submission shares this process and can, with effort, silence the hook; that
-only hides a flag, since no mark depends on anything said here. Standard library only.
+The hook never calls the submission's code: it reads only exact built-in types, frames and code objects.
+It fails closed: an exception inside the hook becomes a ``tripwire-error`` flag (at the next event, if
+there was no stack left to send it), and a missing ``look`` shows as ``silenced``; a ``KeyboardInterrupt``
+(the observer's interrupt) passes through, as it would anywhere else. The submission shares this process
+and can, with effort, silence the hook; that only hides a flag, since no mark depends on anything said
+here. Standard library only.
 """
 
 from __future__ import annotations
@@ -39,6 +43,11 @@ del _gpucourse_tripwire
 
 #: Modules whose frames count as their caller's for introspection (they hand frames on).
 FRAME_WRAPPERS = ("/inspect.py", "/traceback.py", "/logging/__init__.py", "/tf_inspect.py", "/tf_stack.py")
+#: The functions of those modules that hand frame objects to their caller (``logging.currentframe`` is a lambda).
+#: A frame read inside any other of their functions (``logging.warning`` finding its caller, ``traceback.print_exc``
+#: printing a traceback) stays inside the library: honest code that logs is not flagged.
+FRAME_HANDOUTS = ("stack", "trace", "currentframe", "getouterframes", "getinnerframes", "walk_stack", "walk_tb",
+                  "<lambda>", "_getframe")
 #: Audit events and the category they are flagged under when the submission's code raises them.
 EVENTS = {"sys._getframe": "introspection", "sys._current_frames": "introspection",
           "sys._current_exceptions": "introspection", "object.__getattr__": "introspection",
@@ -57,6 +66,13 @@ def install(protocol: dict, address: str, token: str, key: bytes, grader_code=()
     ``grader_code``: SHA-256 digests of the texts the grader's own later cell compiles (the protocol's and
     the agent's): compiling and running exactly those is not dynamic code of the submission.
     """
+    import builtins as b
+
+    # Every name the hook uses is bound here, before any submitted code runs: a builtin or a module global the
+    # submission replaces later (``builtins.len``, ``builtins.type``) must never run inside the hook.
+    (type, str, int, len, iter, next, bytes, BaseException, KeyboardInterrupt) = (
+        b.type, b.str, b.int, b.len, b.iter, b.next, b.bytes, b.BaseException, b.KeyboardInterrupt)
+    events, anyone, frame_wrappers, handouts = dict(EVENTS), dict(ANYONE), tuple(FRAME_WRAPPERS), frozenset(FRAME_HANDOUTS)
     import os
     from _hashlib import openssl_sha256
     import signal
@@ -64,18 +80,39 @@ def install(protocol: dict, address: str, token: str, key: bytes, grader_code=()
     import sys
     import threading
     from _thread import get_ident
+    from types import CodeType
 
     encode = protocol["encode"]
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.connect(address)
     sendall, getframe, getsignal, get_profile, get_trace = (sock.sendall, sys._getframe, signal.getsignal,
                                                              sys.getprofile, sys.gettrace)
-    enumerate_threads, lock = threading.enumerate, threading.Lock()
+    current_frames, lock = sys._current_frames, threading.Lock()
+    import gc
+
+    gc_disable, gc_enable, gc_isenabled = gc.disable, gc.enable, gc.isenabled
+
+    def frames_now() -> dict:
+        """``sys._current_frames()`` with the collector off: in CPython 3.11 before 3.11.9 a collection inside it
+        can free a ``threading.local`` and deadlock on the runtime's thread lock (gh-106883; TensorFlow's graphs
+        hold such locals). That deadlock hung the old grader's guard (issue 34)."""
+        was = gc_isenabled()
+        gc_disable()
+        try:
+            return current_frames()
+        finally:
+            if was:
+                gc_enable()
+
+    type_name = type.__dict__["__name__"].__get__  # not a metaclass's __name__
     import sysconfig
 
     library = tuple({os.path.realpath(p) + os.sep for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)})
-    stdlib = os.path.realpath(sysconfig.get_paths()["stdlib"]) + os.sep
-    site = tuple({os.path.realpath(p) + os.sep for p in sysconfig.get_paths().values()} - {stdlib})
+    paths = sysconfig.get_paths()
+    stdlib = os.path.realpath(paths["stdlib"]) + os.sep
+    # Third-party packages (site-packages, which may lie inside stdlib's folder). Not "data" or "scripts": without
+    # a virtual environment they are the prefix itself, and every stdlib file would count as a package's.
+    site = tuple({os.path.realpath(paths[k]) + os.sep for k in ("purelib", "platlib")})
     try:
         import gpucourse
 
@@ -84,35 +121,54 @@ def install(protocol: dict, address: str, token: str, key: bytes, grader_code=()
         pass
     signals = [s for s in signal.Signals if s not in (signal.SIGKILL, signal.SIGSTOP)]
     baseline_signals = {int(s): getsignal(s) for s in signals}
-    baseline_threads = {t.ident for t in enumerate_threads()}
+    baseline_threads = set(frames_now())
     seq, busy, said = [0], set(), set()
+    unsent: dict = {}  # tripwire-error flags that could not be sent when they happened (no stack left)
     grader_code, compiled = frozenset(grader_code), []  # file names of grader code compiled, not yet run
 
+    pid = os.getpid()
+    getpid = os.getpid
+
     def send(kind: str, body) -> None:
+        if getpid() != pid:  # a forked child shares the socket: its records would corrupt the parent's stream
+            return
         with lock:
-            sendall(encode(key, seq[0], kind, body))
-            seq[0] += 1
+            frame = encode(key, seq[0], kind, body)
+            seq[0] += 1  # before writing: sendall reports an interrupt that came after it wrote the whole frame
+            sendall(frame)
 
     def where(frame, skip: str):
         """(whose, 'file:line function') of the first frame that acts: the learner's, the grader's or a library's.
 
         ``skip``: "wrappers" passes over the frames of modules that hand frames on (:data:`FRAME_WRAPPERS`),
-        "stdlib" over the standard library's (``subprocess`` starting a process for its caller), "library" over
-        every library frame (to say where the learner's code was), "none" over none.
+        "stdlib" over the standard library's (``subprocess`` starting a process, ``ctypes.CDLL`` loading a library
+        for its caller), "library" over every library frame (to say where the learner's code was), "none" over
+        none. Only "library" passes over the import system: what a module does while it is imported (ctypes
+        loading libc, logging reading a code object) is not its importer's act. With "wrappers", a frame read is
+        the learner's only when the learner called one of :data:`FRAME_HANDOUTS` (it gets the frames).
         """
+        called = None  # the last wrapper function passed: the one its caller called
         while frame is not None:
             code = frame.f_code
             name = code.co_filename
             if type(name) is not str:  # a str subclass would run its own methods here
                 return "learner", "code whose file name is not a str"
+            if type(code.co_name) is not str:  # ... and in the f-string below
+                return "learner", "code whose name is not a str"
             if name.startswith("<gpucourse-"):
                 return "grader", name
-            if name.startswith("<frozen"):  # the import system: it compiles and runs every module it imports
+            if name.startswith("<frozen importlib"):  # the import system: it compiles and runs what it imports
+                if skip != "library":  # what a module does while imported is the import's (ctypes, logging)
+                    return "library", name
+                frame = frame.f_back
+                continue
+            if name.startswith("<frozen"):  # a frozen standard module (os, codecs): stdlib code, as on disk
                 if skip == "none":
                     return "library", name
                 frame = frame.f_back
                 continue
-            if skip != "none" and name.endswith(FRAME_WRAPPERS):
+            if skip != "none" and name.endswith(frame_wrappers):
+                called = code.co_name
                 frame = frame.f_back
                 continue
             if name.startswith(library):
@@ -120,19 +176,41 @@ def install(protocol: dict, address: str, token: str, key: bytes, grader_code=()
                     frame = frame.f_back
                     continue
                 return "library", f"{name}:{frame.f_lineno} {code.co_name}"
+            if skip == "wrappers" and called is not None and called not in handouts:
+                return "library", f"{name}:{frame.f_lineno} {code.co_name}"  # the library kept the frames
             return "learner", f"{name}:{frame.f_lineno} {code.co_name}"
         return "library", ""
 
     def flag(category: str, detail: str, at: str) -> None:
         item = (category, detail, at)
         if item not in said:  # each place once
-            said.add(item)
             send("flag", {"category": category, "detail": detail, "where": at})
+            said.add(item)  # only once sent: an interrupted send is tried again the next time
+
+    def entry(frame):
+        """What a thread runs, ``function (file)``, from its frames only (a Thread object's name, ident and
+        class are the learner's code); None for the grader's own threads."""
+        found = "a thread"
+        while frame is not None:
+            code = frame.f_code
+            name, function = code.co_filename, code.co_name
+            if type(name) is not str or type(function) is not str:
+                return "code whose names are not str"
+            if name.startswith("<gpucourse-"):
+                return None
+            if not name.endswith(os.sep + "threading.py"):  # the outermost frame that is not threading's own
+                found = f"{function} ({name.rpartition(os.sep)[2]})"
+            frame = frame.f_back
+        return found
 
     def look(at) -> None:
         changed = [f"{int(s)}" for s in signals if getsignal(s) is not baseline_signals[int(s)]]
-        threads = [t.name for t in enumerate_threads() if t.ident not in baseline_threads and t.daemon is not None
-                   and not t.name.startswith("gpucourse-")]
+        threads = []
+        for ident, frame in frames_now().items():  # an exact dict, made now: no thread can hide from it
+            if ident not in baseline_threads:
+                what = entry(frame)
+                if what is not None:
+                    threads.append(what)
         send("look", {"at": at if type(at) is int else -1, "signals": changed, "threads": threads,
                       "profiler": get_profile() is not None, "tracer": get_trace() is not None})
 
@@ -142,36 +220,44 @@ def install(protocol: dict, address: str, token: str, key: bytes, grader_code=()
             return
         busy.add(me)
         try:
+            while unsent:  # errors that happened where not even their flag could be sent
+                detail = next(iter(unsent))
+                send("flag", unsent[detail])
+                del unsent[detail]
             if event == "gpucourse.look":
                 look(args[0] if args else -1)
-            elif event in ANYONE:
-                flag(ANYONE[event], event, where(getframe(1), "library")[1])
-            elif event.startswith("ctypes."):
-                whose, at = where(getframe(1), "none")
+            elif event in anyone:
+                flag(anyone[event], event, where(getframe(1), "library")[1])
+            elif event.startswith("ctypes."):  # ctypes' own Python wrappers (CDLL, string_at) act for their caller
+                whose, at = where(getframe(1), "stdlib")
                 if whose == "learner":
                     flag("ctypes", event, at)
-            elif event == "open" and args and type(args[0]) is str and args[0].startswith("/proc/") \
-                    and args[0].endswith("/mem"):
-                flag("memory", "opened " + args[0], where(getframe(1), "library")[1])  # whoever opens it
+            elif event == "open" and args and type(args[0]) in (str, bytes) and args[0].startswith(
+                    "/proc/" if type(args[0]) is str else b"/proc/") and args[0].endswith(
+                    "/mem" if type(args[0]) is str else b"/mem"):
+                path = args[0] if type(args[0]) is str else bytes.decode(args[0], "utf-8", "replace")
+                flag("memory", "opened " + path, where(getframe(1), "library")[1])  # whoever opens it
             elif event == "compile" and args and type(args[0]) in (str, bytes) and type(args[1]) is str \
                     and args[1].startswith("<gpucourse-") and openssl_sha256(
                         args[0] if type(args[0]) is bytes else args[0].encode()).hexdigest() in grader_code:
                 compiled.append(args[1])  # the grader's own text, compiled by its agent cell
-            elif event == "exec" and args and type(getattr(args[0], "co_filename", None)) is str \
+            elif event == "exec" and args and type(args[0]) is CodeType and type(args[0].co_filename) is str \
                     and args[0].co_filename in compiled:
                 compiled.remove(args[0].co_filename)
-            elif event in EVENTS:
-                category = EVENTS[event]
+            elif event in events:
+                category = events[event]
                 whose, at = where(getframe(1), {"introspection": "wrappers", "process": "stdlib"}.get(category, "none"))
                 if whose == "learner":
                     attr = args[1] if event == "object.__getattr__" and len(args) > 1 else None
                     flag(category, "read ." + attr if type(attr) is str else event, at)
+        except KeyboardInterrupt:  # the observer's interrupt: it stops the learner's code, as anywhere else
+            raise
         except BaseException as exc:  # noqa: BLE001 (fails closed: the error itself is reported)
+            body = {"category": "tripwire-error", "detail": f"{str.__str__(type_name(type(exc)))} in {event}", "where": ""}
             try:
-                send("flag", {"category": "tripwire-error", "detail": f"{type(exc).__name__} in {event}",
-                              "where": ""})
-            except BaseException:  # noqa: BLE001, S110 (the socket is gone: the missing looks will say so)
-                pass
+                send("flag", body)
+            except BaseException:  # noqa: BLE001 (no stack left, or the socket is gone: sent at the next event)
+                unsent[body["detail"]] = body
         finally:
             busy.discard(me)
 
