@@ -75,6 +75,7 @@ REQUIRED_CLASSES = (
     # issue 35's reworked items
     "judged by the end state: the loss history kept in memory",
     "fabricated measurement: a timing from the roofline model", "fabricated measurement: allocator statistics patched",
+    "the kernel's clock rewritten", "a stage's work learned and skipped",
 )
 #: Classes whose outcome still depends on the learner's code in the kernel: each has two attack notebooks.
 TWO_EACH = ("objects the check passes in, mutated", "judged by the end state", "a fake object claiming")
