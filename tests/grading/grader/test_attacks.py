@@ -216,3 +216,57 @@ def grade_in_batch(sub: Path, want: dict, tmp_path: Path) -> GradeReport:
         alive = [p.pid for p in psutil.process_iter(["cmdline"]) if set(markers) & set(p.info["cmdline"] or [])]
         assert not alive, f"a process the submission started ({markers}) outlived the grader: {alive}"
     return GradeReport.from_dict(report)
+
+
+# The instructors' guide shows every golden, so what a cheat gets is read from the goldens that `make test` holds.
+GUIDE = ROOT / "docs" / "instructors.md"
+TABLE_START, TABLE_END = "<!-- attack-table: made by tests/grading/grader/test_attacks.py -->", "<!-- /attack-table -->"
+
+
+def describe_outcome(want: dict) -> str:
+    """One golden's outcome in words: the attacked items' statuses, else what the honest solution keeps."""
+    if want.get("batch"):
+        told = "nothing it started outlives the grader; the gradebook is unchanged and sealed"
+    elif want.get("attacked"):
+        told = ", ".join(f"{key} {want['items'][key]}" for key in want["attacked"])
+    elif want["base"] == "solution":
+        told = "every item passes" if set(want["items"].values()) == {"pass"} else "its items as the solution's"
+    else:
+        told = "nothing passes"
+    if want["status"] != "graded":
+        told += f"; status {want['status']}"
+    if want.get("flags"):
+        told += "; flagged for review"
+    elif want.get("no_flags"):
+        told += "; no flag"
+    return told
+
+
+def render_attack_table() -> str:
+    """The markdown table of every attack notebook and its golden outcome, in the guide's order (by lab)."""
+    rows = ["| attack | lab | on | outcome | score | notebook |", "|---|---|---|---|---|---|"]
+    for path in sorted(FILES, key=lambda p: (expected(p)["lab"], expected(p)["class"])):
+        want = expected(path)
+        on = "the unsolved lab" if want["base"] == "lab" else "the solution"
+        klass = want["class"].replace("|", "\\|")
+        files = [lab_test_path(want["lab"])] + ([ATTACKS / want["hidden"]] if want.get("hidden") else [])
+        full = sum(spec.points for f in files for spec, _ in items_in(load_test_file(f)))
+        rows.append(f"| {klass} | {want['lab']} | {on} | {describe_outcome(want)} | {want['score']} of {full} | "
+                    f"`{path.name}` |")
+    return "\n".join([TABLE_START, *rows, TABLE_END])
+
+
+def test_the_instructors_guide_shows_every_golden():
+    text = GUIDE.read_text(encoding="utf-8")
+    assert TABLE_START in text and TABLE_END in text, f"{GUIDE.name} lacks the attack table's markers"
+    shown = text[text.index(TABLE_START):text.index(TABLE_END) + len(TABLE_END)]
+    assert shown == render_attack_table(), (f"{GUIDE.name}'s attack table is not the goldens': "
+                                            "run `python tests/grading/grader/test_attacks.py` to rewrite it")
+
+
+if __name__ == "__main__":  # rewrite the guide's table from the goldens
+    text = GUIDE.read_text(encoding="utf-8")
+    if TABLE_START in text:
+        text = text[:text.index(TABLE_START)] + "ATTACK_TABLE" + text[text.index(TABLE_END) + len(TABLE_END):]
+    GUIDE.write_text(text.replace("ATTACK_TABLE", render_attack_table(), 1), encoding="utf-8")
+    print(f"{GUIDE}: {len(FILES)} attacks")
