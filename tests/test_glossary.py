@@ -12,15 +12,12 @@ What is checked: the prose of every translation the edition is built from, ``not
 targets, math, ``{placeholders}`` and quoted or emphasised text without a Chinese character are skipped. A hit
 names the term, the file, the line, the notebook cell (or the message) and the rendering to use.
 
-Known violations. Phase 1 of issue 33 applied the glossary to the tutorials and the README; the labs' and the
-catalogue's translations were being rewritten at the same time (labs 03-09), so their current violations are
-listed in :data:`KNOWN` as counts per (file, term), for phase 2 to empty. The test fails on any change of such a
-count: a new violation (fix it) or a fixed one (lower the count, or drop the entry). The tutorials and the README
-have no entry and must stay clean.
+Every file must be free of violations: there is no list of tolerated ones (issue 33 applied the glossary to
+the whole edition, the labs and the catalogue included).
 
-Two conventions of the glossary's "其他约定" are checked here too: a tutorial points to the zh lab first, then the
-English one; and every zh lab opens with the glossary's feedback-language note, word for word (the labs that do
-not yet are :data:`LAB_NOTE_KNOWN`, for phase 2).
+Conventions of the glossary's "其他约定" are checked here too: a tutorial points to the zh lab first, then the
+English one; every zh lab opens with the glossary's feedback-language note, word for word; and a Chinese feedback
+message that the grader appends to another sentence does not start with the English separator space.
 """
 
 from __future__ import annotations
@@ -35,30 +32,6 @@ from gpucourse import i18n
 
 ROOT = Path(__file__).resolve().parent.parent
 GLOSSARY = ROOT / "GLOSSARY.zh-CN.md"
-
-#: Violations left for phase 2 of issue 33 (labs and feedback catalogue only): {(file, term): count}, the term
-#: as :func:`term_key` names a glossary row. Phase 2 fixes them and empties this dict.
-KNOWN: dict[tuple[str, str], int] = {
-    ("labs/zh-CN/03_memory.po", "slot"): 1,
-    ("labs/zh-CN/04_distribution.po", "slot"): 1,
-    ("labs/zh-CN/05_mixed_precision.po", "good steps"): 3,
-    ("labs/zh-CN/06_xla.po", "raise"): 1,
-    ("labs/zh-CN/07_tf_data.po", "raise"): 1,
-    ("labs/zh-CN/08_profiling_capstone.po", "raise"): 3,
-    ("labs/zh-CN/09_roofline_mfu.po", "dtype"): 1,
-    ("labs/zh-CN/09_roofline_mfu.po", "memory-bound / compute-bound"): 1,
-    ("utils/grading/locale/zh_CN.po", "Nx, a x b"): 6,
-    ("utils/grading/locale/zh_CN.po", "dtype"): 2,
-    ("utils/grading/locale/zh_CN.po", "expected"): 1,
-    ("utils/grading/locale/zh_CN.po", "good steps"): 1,
-    ("utils/grading/locale/zh_CN.po", "kernel"): 1,
-    ("utils/grading/locale/zh_CN.po", "memory"): 1,
-    ("utils/grading/locale/zh_CN.po", "memory-bound / compute-bound"): 1,
-    ("utils/grading/locale/zh_CN.po", "model FLOPs utilisation"): 1,
-    ("utils/grading/locale/zh_CN.po", "raise"): 1,
-    ("utils/grading/locale/zh_CN.po", "with sparsity"): 1,
-    ("utils/grading/locale/zh_CN.po", "中文句子里的半角标点"): 10,
-}
 
 CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
 _FENCE = re.compile(r"^[ \t]*```.*?^[ \t]*```[^\n]*$", re.S | re.M)
@@ -178,11 +151,6 @@ class Hit:
         return f"{self.file}:{self.line} ({self.where}): {self.found!r} — {self.term}: write {self.use}"
 
 
-def term_key(term: str) -> str:
-    """The short name of a glossary row (its first column up to a parenthesis), as :data:`KNOWN` uses it."""
-    return re.split(r"（| \(", term, maxsplit=1)[0].strip()
-
-
 def find(text: str, rules: list[Rule], english: str | None = None) -> list[tuple[int, str, Rule]]:
     """(offset, rejected text, rule) of every violation in ``text`` (its English source: ``english``)."""
     plain = prose(text)
@@ -281,26 +249,7 @@ def test_every_rule_rejects_its_own_examples_and_the_renderings_pass(rules):
 def test_the_edition_uses_the_glossarys_renderings(path, rules):
     hits = check_file(path, rules)
     rel = path.relative_to(ROOT).as_posix()
-    counts: dict[str, int] = {}
-    for h in hits:
-        counts[term_key(h.term)] = counts.get(term_key(h.term), 0) + 1
-    known = {term: n for (file, term), n in KNOWN.items() if file == rel}
-    changed = {t for t in set(counts) | set(known) if counts.get(t, 0) != known.get(t, 0)}
-    new = sorted(t for t in changed if counts.get(t, 0) > known.get(t, 0))
-    fixed = sorted(t for t in changed if counts.get(t, 0) < known.get(t, 0))
-    assert not new, (f"{rel} breaks GLOSSARY.zh-CN.md ({', '.join(new)}):\n"
-                     + "\n".join(str(h) for h in hits if term_key(h.term) in new))
-    assert not fixed, (f"{rel}: fewer glossary violations than tests/test_glossary.py KNOWN lists for "
-                       + ", ".join(f"{t!r} ({known[t]} -> {counts.get(t, 0)})" for t in fixed)
-                       + ": lower the counts (or drop the entries)")
-
-
-def test_known_violations_are_only_in_the_labs_and_the_catalogue_and_name_real_terms(rules):
-    keys = {term_key(r.term) for r in rules}
-    for file, term in KNOWN:
-        assert file.startswith("labs/zh-CN/") or file == "utils/grading/locale/zh_CN.po", (
-            f"{file} is in KNOWN: the tutorials and the README must follow the glossary")
-        assert term in keys, f"KNOWN names {term!r}, which is no row of {GLOSSARY.name} (rows: {sorted(keys)})"
+    assert not hits, f"{rel} breaks {GLOSSARY.name} ({len(hits)}):\n" + "\n".join(str(h) for h in hits)
 
 
 def test_tutorials_point_to_the_zh_lab_first_then_the_english_one():
@@ -314,11 +263,6 @@ def test_tutorials_point_to_the_zh_lab_first_then_the_english_one():
                 assert pointer in e.msgstr, f"{po.name} {e.extracted}: the lab pointer must read {pointer!r}"
 
 
-#: Labs whose first cell does not yet carry the glossary's feedback-language note word for word (lab 09 has none
-#: at all, review E6; the others word it differently, T17): phase 2 of issue 33 empties this set.
-LAB_NOTE_KNOWN = {"03", "04", "06", "07", "08", "09"}
-
-
 def _lab_note() -> str:
     text = GLOSSARY.read_text(encoding="utf-8")
     notes = re.findall(r"^ *> (检查结果会用中文显示：.*)$", text, re.M)
@@ -329,14 +273,32 @@ def _lab_note() -> str:
 def test_every_zh_lab_opens_with_the_same_feedback_language_note():
     note = _lab_note()
     assert "`%env GPUCOURSE_LANG=zh_CN`" in note and "`check(...)`" in note
-    for po in sorted((ROOT / "labs" / "zh-CN").glob("*.po")):
+    labs = sorted((ROOT / "labs" / "zh-CN").glob("*.po"))
+    assert len(labs) >= 9, f"expected the nine zh labs' PO files, found {[p.name for p in labs]}"
+    for po in labs:
         first = next(e for e in i18n.read_po(po.read_text(encoding="utf-8")) if e.msgctxt and not e.obsolete)
-        has = note in first.msgstr
-        if po.name[:2] in LAB_NOTE_KNOWN:
-            assert not has, f"{po.name} now has the note: drop {po.name[:2]!r} from LAB_NOTE_KNOWN"
-        else:
-            assert has, (f"{po.name}: the first cell must carry the feedback-language note of {GLOSSARY.name} "
-                         f"word for word:\n{note}")
+        assert note in first.msgstr, (f"{po.name}: the first cell must carry the feedback-language note of "
+                                      f"{GLOSSARY.name} word for word (review E6, T17):\n{note}")
+
+
+def appended_with_a_space(entries) -> list[tuple[str, str]]:
+    """(msgid, msgstr) of each message that the grader appends to a sentence (its English starts with one space)
+    whose Chinese starts with a space too: after "。" that space shows as a gap in the middle of the text."""
+    return [(e.msgid, e.msgstr) for e in entries
+            if e.msgid and not e.obsolete and e.msgstr and re.match(r" \S", e.msgid) and e.msgstr[:1].isspace()]
+
+
+def test_a_chinese_message_appended_to_another_does_not_start_with_the_english_space():
+    catalogue = ROOT / "utils" / "grading" / "locale" / "zh_CN.po"
+    entries = i18n.read_po(catalogue.read_text(encoding="utf-8"))
+    assert sum(1 for e in entries if re.match(r" \S", e.msgid)) >= 20, "the catalogue has appended hints"
+    bad = appended_with_a_space(entries)
+    assert not bad, "drop the leading space of these translations (Chinese joins sentences without one):\n" + \
+        "\n".join(f"{msgid!r} -> {msgstr!r}" for msgid, msgstr in bad)
+    planted = [i18n.Entry(msgid=" That is the norm after clipping.", msgstr=" 这是裁剪之后的范数。"),
+               i18n.Entry(msgid="  {opcode}: expected {want}", msgstr="  {opcode}：应为 {want}"),  # an indented line
+               i18n.Entry(msgid=" Count the output too.", msgstr="输出也要计入。")]
+    assert appended_with_a_space(planted) == [(" That is the norm after clipping.", " 这是裁剪之后的范数。")]
 
 
 # ----------------------------------------------------------------------------- the check itself
@@ -383,10 +345,25 @@ def test_a_rule_that_depends_on_the_english_checks_only_entries_whose_english_ma
 def test_the_times_rule_rejects_comparatives_but_keeps_ratios_and_doubling(rules):
     times = next(r for r in rules if r.term.startswith("N times"))
     for bad in ("比 TF32 高 2 倍", "峰值慢 8 倍", "字节数少了 11 倍", "提高了 2.8 倍", "快**至少 2 倍**",
-                "与批大小大 `k` 倍时相同", "会让训练慢好几倍", "梯度大 10^4 倍", "更新大 {n} 倍"):
+                "与批大小大 `k` 倍时相同", "会让训练慢好几倍", "梯度大 10^4 倍", "更新大 {n} 倍", "提速 3 倍",
+                "翻了 4 倍"):
         assert find(bad, [times]), bad
     for good in ("是 TF32 的 2 倍", "只有原来的 1/11", "获得 2 倍加速", "最多 2 倍", "至少 2 倍",
-                 "扩大一倍", "把批大小翻倍", "大约 2 倍", "最大缓存的四倍", "是下界的 1.3 倍"):
+                 "扩大一倍", "把批大小翻倍", "大约 2 倍", "最大缓存的四倍", "是下界的 1.3 倍", "更新量是正确值的 {n} 倍"):
+        assert not find(good, [times]), good
+
+
+def test_half_width_marks_and_the_letter_x_around_placeholders_fail_but_code_like_lists_pass(rules):
+    marks = next(r for r in rules if r.term.startswith("中文句子里的半角标点"))
+    times = next(r for r in rules if r.term.startswith("Nx, a x b"))
+    for bad in ("实际引发了 {raised}: {message}", "应返回一个字典（dict）: {got}", "实际得到: {got}", "原因是; {why}"):
+        assert find(bad, [marks]), bad
+    for good in ("实际引发了 {raised}：{message}", "对于 ({value}, {physical})，应为 {want}", "在每一步 k = 1, 2, ... 之后",
+                 "LossScaleOptimizer(SGD({lr}), initial_scale={initial:g})", "{where}：应为 {want} 字节"):
+        assert not find(good, [marks]), good
+    for bad in ("{micro} x {steps} = {product}", "{k} x {head}，然后是 {rest}", "结果（m x n）要写入内存", "2 x params"):
+        assert find(bad, [times]), bad
+    for good in ("{micro} × {steps} = {product}", "和 x 的梯度", "把 x 与 y 对应", "y = 3 × x"):
         assert not find(good, [times]), good
 
 

@@ -113,7 +113,7 @@ def test_check_prints_chinese_in_a_zh_folder_with_the_same_points(lang, tmp_path
     (en_rows, en_out), (zh_rows, zh_out) = results["en"], results["zh-CN"]
     assert en_rows == zh_rows and en_rows[0][1] == "fail" and en_rows[1][1] == "todo"
     assert "Score: 0/12" in en_out and "Lab 01" in en_out and "expected" in en_out
-    assert "得分：0/12" in zh_out and "实验 01" in zh_out and "期望" in zh_out and "尚未作答" in zh_out
+    assert "得分：0/12" in zh_out and "实验 01" in zh_out and "应为" in zh_out and "尚未作答" in zh_out
     assert "summarise_devices 按类型统计设备数量" in zh_out and "❌ q1 (0/2)" in zh_out
 
 
