@@ -16,6 +16,7 @@ from ._lab03_reference import (MiB, RESET_SLACK, allowed_cost, largest, need, nb
 
 __all__ = ["judge_q1", "judge_q2", "judge_q3", "judge_q4", "judge_q5", "judge_q6"]
 
+
 # --------------------------------------------------------------------------- q1
 
 

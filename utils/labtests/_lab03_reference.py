@@ -12,6 +12,7 @@ from __future__ import annotations
 __all__ = ["MiB", "RESET_SLACK", "allowed_cost", "largest", "nbytes", "need", "q6_candidates", "q6_close",
            "q6_weights", "q6_window", "reference_sgd", "stop_cost"]
 
+
 MiB = 2**20
 
 

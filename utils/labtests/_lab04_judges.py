@@ -16,6 +16,7 @@ from ._lab04_reference import AUX, L2, MAIN, array_split, q2_steps, q3_reference
 
 __all__ = ["judge_q1", "judge_q2", "judge_q3", "judge_q4", "judge_q5", "progress_text"]
 
+
 # --------------------------------------------------------------------------- q1
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 __all__ = ["AUX", "L2", "MAIN", "array_split", "q2_steps", "q3_reference", "sgd_linear", "tf_split"]
 
+
 def tf_split(batch: int, replicas: int) -> list[int]:
     """TensorFlow's split of a batch over replicas: ceil(batch / replicas) each, in order, until it runs out."""
     per = -(-batch // replicas)
@@ -68,7 +69,7 @@ MAIN = {"right": "1 / n", "local": "1 / (n_r R)"}
 
 
 AUX = {"right": "aux has / labelled", "examples": "aux has / n", "local": "aux has / (labelled_r R)",
-        "local_examples": "aux has / (n_r R)"}
+       "local_examples": "aux has / (n_r R)"}
 
 
 L2 = {"right": 1, "per_replica": "R", "missing": 0}

@@ -16,6 +16,7 @@ from ._lab05_reference import (FP16_MAX, as_vector, flatten, mistaken_rule, q1_f
 
 __all__ = ["judge_q1", "judge_q2", "judge_q3", "judge_q4", "judge_q5"]
 
+
 def _number(value):
     """A float from a plain observation, or None if it is not a number."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -273,7 +274,7 @@ def judge_q3(case, seen):
 
 def judge_q4(case, seen):
     shown = [g if len(list(flatten(g))) <= 4 else tr("array with max|g|={peak:.4g}",
-                                                      peak=max(abs(v) for v in flatten(g)))
+                                                     peak=max(abs(v) for v in flatten(g)))
              for g in case["grads"]]
     if case.get("zeros"):
         return expect_raised(seen, tr("max_safe_scale of all-zero gradients"), "every scale is safe")

@@ -13,6 +13,7 @@ import math
 __all__ = ["FP16_MAX", "as_vector", "flatten", "mistaken_rule", "q1_forward", "q3_candidates", "real_optimizer_trace",
            "reference_grads", "safe_scale", "trajectory"]
 
+
 FP16_MAX = 65504.0  # (2 - 2**-10) * 2**15: float16's largest finite value
 
 

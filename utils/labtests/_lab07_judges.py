@@ -18,6 +18,7 @@ from ._lab07_reference import (MIX, NOISE, Q3_DEADLINE_S, Q3_STARTUP, Q3_UTILISA
 
 __all__ = ["judge_q1", "judge_q2", "judge_q3", "judge_q4", "judge_q5"]
 
+
 def _close(got, want) -> bool:
     return isinstance(got, (int, float)) and not isinstance(got, bool) and math.isclose(got, want, rel_tol=1e-6)
 

@@ -18,6 +18,7 @@ from ._lab08_reference import (GROUP, Q4_DEADLINE_S, STARTUP_FACTOR, UTILISATION
 
 __all__ = ["judge_q1", "judge_q2", "judge_q3", "judge_q4", "judge_q5"]
 
+
 def _close(got, want, abs_tol=1e-9) -> bool:
     return (isinstance(got, (int, float)) and not isinstance(got, bool)
             and math.isclose(got, want, rel_tol=1e-6, abs_tol=abs_tol))
@@ -201,7 +202,7 @@ def _mistakes():
         ({"groups": launch_on_device}, tr(" Kernel launch (kernelLaunchTimeMs) is host time: the host launching the "
                                           "device's kernels.")),
         ({"groups": {**GROUP, "otherTimeMs": None}}, tr(" All others (otherTimeMs) is host time (mostly Python "
-                                                         "overhead): count it in the host group.")),
+                                                        "overhead): count it in the host group.")),
         ({"groups": {**GROUP, "outfeedTimeMs": None}}, output),
         ({"groups": {**GROUP, "outfeedTimeMs": "host"}}, output),
         ({"tie": "device"}, tr(" A step is device-bound only when the device's share is larger than the host's: a "
