@@ -137,6 +137,14 @@ def test_fresh_process_devices_asks_a_probe(monkeypatch):
         devices.fresh_process_devices({"CUDA_VISIBLE_DEVICES": -1})
 
 
+def test_the_gpu_facts_are_devices_names():
+    """_gpu_facts holds part of topic 01: each of its names is devices.<name>, the same object, in devices.__all__."""
+    from gpucourse import _gpu_facts
+
+    for name in _gpu_facts.__all__:
+        assert getattr(devices, name) is getattr(_gpu_facts, name) and name in devices.__all__, name
+
+
 def test_nvml_without_driver_is_empty_list():
     gpus = devices.nvml_gpus()
     assert isinstance(gpus, list)

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from gpucourse import colab, memory, memory_explorer
+from gpucourse import _memory_log, colab, memory, memory_explorer
 from gpucourse.explore import Explorer
 
 MiB = 2**20
@@ -15,6 +15,12 @@ MiB = 2**20
 def test_import_does_not_load_tensorflow(fresh_python):
     out = fresh_python("import sys\nfrom gpucourse import memory, memory_explorer\nprint('tensorflow' in sys.modules)")
     assert out.strip() == "False"
+
+
+def test_tensorflows_words_are_memory_names():
+    """_memory_log holds part of topic 03: each of its names is memory.<name>, the same object, in memory.__all__."""
+    for name in _memory_log.__all__:
+        assert getattr(memory, name) is getattr(_memory_log, name) and name in memory.__all__, name
 
 
 @pytest.mark.parametrize("n, text", [(0, "0 B"), (512, "512 B"), (1536, "1.50 KiB"), (3 * 2**20, "3.00 MiB"),
@@ -123,9 +129,9 @@ def test_default_gpu_limit_bad_input():
 def test_allocator_messages_are_in_the_installed_tensorflow():
     """The GPU allocator's own messages back the tutorial's GPU statements, even in the CPU-only wheel: whole."""
     found = memory.allocator_messages()
-    if not found and not memory._tf_library_paths():
+    if not found and not _memory_log._tf_library_paths():
         pytest.skip("this TensorFlow packaging has no libtensorflow_framework to read")
-    assert set(found) == set(memory._MESSAGES), f"missing: {set(memory._MESSAGES) - set(found)}"
+    assert set(found) == set(_memory_log._MESSAGES), f"missing: {set(_memory_log._MESSAGES) - set(found)}"
     assert found["growth overridden"] == ("Overriding allow_growth setting because the TF_FORCE_GPU_ALLOW_GROWTH "
                                           "environment variable is set. Original config value was <0 or 1>.")
     assert found["growth value not parsed"].endswith(
@@ -140,9 +146,10 @@ def test_allocator_messages_are_in_the_installed_tensorflow():
 
 def test_allocator_messages_leave_out_a_message_whose_piece_is_missing(tmp_path):
     lib = tmp_path / "libtensorflow_framework.so.2"
-    pieces = [p for p in memory._MESSAGES["growth overridden"] if not p.startswith("<")]
+    pieces = [p for p in _memory_log._MESSAGES["growth overridden"] if not p.startswith("<")]
     lib.write_bytes(b"\0".join(p.encode() for p in pieces) + b"\0Garbage collection: deallocate\0")
-    assert memory.allocator_messages(str(lib)) == {"growth overridden": "".join(memory._MESSAGES["growth overridden"])}
+    whole = "".join(_memory_log._MESSAGES["growth overridden"])
+    assert memory.allocator_messages(str(lib)) == {"growth overridden": whole}
 
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
@@ -166,7 +173,7 @@ def test_split_log_records_joins_continuation_lines():
     assert "LargestFreeBlock:" in stats.message and stats.severity == "I"
     assert records[-1].source == "local_rendezvous.cc:412" and "RESOURCE_EXHAUSTED" in records[-1].message
     # The message TensorFlow wrote is the one allocator_messages assembles from the library's pieces.
-    template = "".join(p for p in memory._MESSAGES["out of memory"])
+    template = "".join(p for p in _memory_log._MESSAGES["out of memory"])
     assert oom[0].message.startswith(template.replace("<allocator>", "mklcpu").replace("<size>", "1.00GiB")
                                      .replace("<bytes>", "1073741824").replace("<op>", "Fill"))
 

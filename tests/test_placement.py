@@ -93,6 +93,21 @@ def test_import_does_not_import_tensorflow(fresh_python):
     assert out.strip() == "False"
 
 
+def test_the_probes_are_placement_names_and_import_on_their_own(fresh_python):
+    """The fresh-process probes live in _placement_probes (placement re-exports them): each is placement.<name>,
+    the same object, in placement.__all__; importing that module first works too (it reads logs with placement's
+    parser, looked up on use) and starts no TensorFlow."""
+    from gpucourse import _placement_probes
+
+    for name in _placement_probes.__all__:
+        assert getattr(placement, name) is getattr(_placement_probes, name) and name in placement.__all__, name
+    out = fresh_python("import sys\nfrom gpucourse import _placement_probes as p\n"
+                       "log = p.OrderProbe('x', '', True, False, p._parse('')).function_log\n"
+                       "from gpucourse import placement\n"
+                       "print(type(log) is placement.PlacementLog, len(log), 'tensorflow' in sys.modules)")
+    assert out.split() == ["True", "0", "False"]
+
+
 def test_logging_capture_attempt_and_too_late(fresh_python):
     out = fresh_python(r"""
 import tensorflow as tf

@@ -56,7 +56,10 @@ refreshes the PO files and check()'s message catalogue, and reports drift (``mak
 plumbing (``_validate``: one argument-checking policy; ``_tf``: the one lazy
 TensorFlow import; ``_probe``: fresh-process probes; ``_vendor``: whether a GPU is an NVIDIA GPU, and
 the message of the NVIDIA-only helpers when it is not; ``_simparts``; ``_labrules``: which helpers answer
-a lab item) is not part of the public interface.
+a lab item) is not part of the public interface. Three private modules hold parts of a taught module, which
+re-exports their names (notebooks import them from there): ``_gpu_facts`` (what the driver and TensorFlow say
+about each GPU, for ``devices``), ``_placement_probes`` (the fresh-process logging probes, for ``placement``)
+and ``_memory_log`` (TensorFlow's allocator messages and log records, for ``memory``).
 
 Modules are imported lazily so that ``import gpucourse`` never imports
 TensorFlow (and so never initialises its runtime) by itself.

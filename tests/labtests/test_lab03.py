@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from gpucourse.labtests import lab03
+from gpucourse.labtests import _lab03_judges as judges, _lab03_reference as reference, lab03
 
 CASE = lab03.q4.cases(random.Random(3))[0]
 RIGHT = {"optimizer": "SGD", "momentum": 0.0, "lr": CASE["lr"], "loss": "mse", "first": CASE["x"][0][0]}
@@ -22,15 +22,15 @@ RIGHT = {"optimizer": "SGD", "momentum": 0.0, "lr": CASE["lr"], "loss": "mse", "
 ])
 def test_q4_names_the_mistake_behind_wrong_weights(change, words):
     """Four mistakes used to share one generic hint (Adam among them); each now gets its own."""
-    assert words in lab03._why_weights_differ(CASE, {**RIGHT, **change})
+    assert words in judges._why_weights_differ(CASE, {**RIGHT, **change})
 
 
 def test_q4_loss_names():
     import keras
 
-    assert lab03._loss_name("mse") in lab03._MSE
-    assert lab03._loss_name(keras.losses.MeanSquaredError()) in lab03._MSE
-    assert lab03._loss_name(keras.losses.MeanSquaredError(reduction="sum")) not in lab03._MSE
+    assert lab03._loss_name("mse") in judges._MSE
+    assert lab03._loss_name(keras.losses.MeanSquaredError()) in judges._MSE
+    assert lab03._loss_name(keras.losses.MeanSquaredError(reduction="sum")) not in judges._MSE
     assert lab03._loss_name(keras.losses.mean_absolute_error) == "mean_absolute_error"
 
 
@@ -69,7 +69,7 @@ def _search_cost(fn, case):
 
     def peak_bytes(n):
         calls.append(n)
-        used = lab03._need(case, n)
+        used = reference.need(case, n)
         if case["capacity"] is not None and used > case["capacity"]:
             raise tf.errors.ResourceExhaustedError(None, None, "OOM")
         return used
@@ -78,21 +78,21 @@ def _search_cost(fn, case):
 
 
 def test_q2_cost_rule_passes_an_aimed_search_and_fails_the_tutorials():
-    """8 x the answer + 64 (lab03._allowed_cost): the solution stays within it on every case, and the tutorial's
-    double-then-bisect exceeds it on the case where no batch over the budget has a number, in every draw (so its
-    fixture fails whatever the seed)."""
+    """8 x the answer + 64 (_lab03_reference.allowed_cost): the solution stays within it on every case, and the
+    tutorial's double-then-bisect exceeds it on the case where no batch over the budget has a number, in every draw
+    (so its fixture fails whatever the seed)."""
     solution, tutorial = _solution_and_tutorial()
     rng = random.Random(0)
     for _ in range(150):
         cases = lab03.q2.cases(rng)[:-1]  # the last one: not even a batch of 1 fits
         for case in cases:
-            want = lab03._largest(case)
+            want = reference.largest(case)
             got, cost = _search_cost(solution, case)
-            assert got == want and cost <= lab03._allowed_cost(want), (case, got, want, cost)
+            assert got == want and cost <= reference.allowed_cost(want), (case, got, want, cost)
         at_budget = cases[0]
         assert at_budget["capacity"] == at_budget["budget"]
         got, cost = _search_cost(tutorial, at_budget)
-        assert got == lab03._largest(at_budget) and cost > lab03._allowed_cost(got), (at_budget, cost)
+        assert got == reference.largest(at_budget) and cost > reference.allowed_cost(got), (at_budget, cost)
 
 
 def test_q2_cases_hold_the_regimes_the_text_promises():
@@ -102,11 +102,11 @@ def test_q2_cases_hold_the_regimes_the_text_promises():
     for _ in range(50):
         cases = lab03.q2.cases(rng)
         hidden = [c for c in cases if c["hidden"]]
-        assert hidden and all(lab03._need(c, 1) == lab03._need(c, 2) < lab03._need(c, 64) for c in hidden)
+        assert hidden and all(reference.need(c, 1) == reference.need(c, 2) < reference.need(c, 64) for c in hidden)
         assert cases[0]["capacity"] == cases[0]["budget"] and cases[0]["quad"] == 0
-        assert lab03._largest(cases[1]) == cases[1]["max_batch"]
-        assert lab03._largest(cases[-1]) is None
-        assert all(lab03._largest(c) >= 75 for c in cases[:-1])
+        assert reference.largest(cases[1]) == cases[1]["max_batch"]
+        assert reference.largest(cases[-1]) is None
+        assert all(reference.largest(c) >= 75 for c in cases[:-1])
 
 
 # --------------------------------------------------------------------------- q6
@@ -138,7 +138,7 @@ def _gpu_seen(case, learner_read):
     log = [[case["batches"][0], state, state + 5 * MiB, state + 2 * MiB, state + 90 * MiB]]  # the first call
     peaks = []
     for n in case["batches"]:
-        lo, _ = lab03._q6_window(case, n, "GPU:0")
+        lo, _ = reference.q6_window(case, n, "GPU:0")
         extra = int(1.6 * lo) + 32 * MiB
         log.append([n, state, state, state + 1024, state + extra])
         peaks.append(learner_read(extra))
@@ -153,7 +153,7 @@ def test_q6_judge_on_a_gpu_allocators_log():
         lab03.q6.judge(case, _gpu_seen(case, lambda extra: 0))  # counters read on CPU:0 while the step ran on GPU:0
     # The 64 MiB for cuBLAS's workspace widen a GPU's window only.
     n = case["batches"][0]
-    assert lab03._q6_window(case, n, "GPU:0")[1] - lab03._q6_window(case, n, "CPU:0")[1] == 64 * 2**20
+    assert reference.q6_window(case, n, "GPU:0")[1] - reference.q6_window(case, n, "CPU:0")[1] == 64 * 2**20
 
 
 def test_q6_candidates():
@@ -164,6 +164,6 @@ def test_q6_candidates():
            [512, 10 * MiB, 10 * MiB, 10 * MiB, 30 * MiB],  # reset, then step(512)
            [512, 10 * MiB, 30 * MiB, 10 * MiB, 31 * MiB],  # again without a reset: worst of two = 21 MiB
            [256, 10 * MiB, 31 * MiB, 10 * MiB, 31 * MiB]]  # no reset before step(256): its own peak is unknown
-    assert lab03._q6_candidates(log, 512, warmup=True) == [20 * MiB, 21 * MiB]
-    assert lab03._q6_candidates(log, 256, warmup=True) == []
-    assert 30 * MiB in lab03._q6_candidates(log, 512, warmup=False)
+    assert reference.q6_candidates(log, 512, warmup=True) == [20 * MiB, 21 * MiB]
+    assert reference.q6_candidates(log, 256, warmup=True) == []
+    assert 30 * MiB in reference.q6_candidates(log, 512, warmup=False)

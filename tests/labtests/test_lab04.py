@@ -5,7 +5,7 @@ import random
 import pytest
 
 from gpucourse.grading.items import Fail, KernelLost, ProcessKilled, RaisedInKernel
-from gpucourse.labtests import lab04
+from gpucourse.labtests import _lab04_judges as judges, _lab04_reference as reference, lab04
 
 CASE = lab04.q5.cases(random.Random(4))[0]
 CRASH, NOTICE, EVERY = CASE["crash_at"], CASE["notice_at"], CASE["save_every"]
@@ -103,12 +103,12 @@ def test_q3_names_each_heads_mistake_from_the_weights_even_when_the_loss_is_righ
     """The heads are independent: the update of each names its divisor, whatever the reported loss says."""
     case = lab04.q3.cases(random.Random(7))[0]
     rows = list(range(case["gbs"]))
-    right, _ = lab04._q3_reference(case, case["weights"], rows, 4)
-    _, local_main = lab04._q3_reference(case, case["weights"], rows, 4, main="local")
+    right, _ = reference.q3_reference(case, case["weights"], rows, 4)
+    _, local_main = reference.q3_reference(case, case["weights"], rows, 4, main="local")
     msg = q3_judged(4, right, local_main)
     assert "the loss is right" in msg and "divided per replica by its own share" in msg
     assert "auxiliary loss" not in msg and "regularisation" not in msg
-    _, per_replica_l2 = lab04._q3_reference(case, case["weights"], rows, 4, aux="examples", l2="per_replica")
+    _, per_replica_l2 = reference.q3_reference(case, case["weights"], rows, 4, aux="examples", l2="per_replica")
     msg = q3_judged(4, right, per_replica_l2)
     assert "averaged over all examples" in msg and "counted 4 times" in msg and "own share" not in msg
 
@@ -117,7 +117,7 @@ def test_q3_an_empty_replica_and_a_replica_without_labels_are_in_every_split():
     """5 examples per step: TensorFlow leaves a replica empty over 4 or 8 replicas, and the replica holding the
     fifth example alone (over 4) has no label, so local divisors are 0 there."""
     case = lab04.q3.cases(random.Random(3))[0]
-    assert lab04._split(case["gbs"], 4) == [2, 2, 1, 0] and lab04._split(case["gbs"], 8)[-1] == 0
+    assert reference.tf_split(case["gbs"], 4) == [2, 2, 1, 0] and reference.tf_split(case["gbs"], 8)[-1] == 0
     for step in range(len(case["x"]) // case["gbs"]):
         labels = case["has_aux"][step * case["gbs"]:(step + 1) * case["gbs"]]
         assert labels[0] == 1.0 and labels[4] == 0.0
@@ -133,17 +133,17 @@ def test_q3_reference_matches_one_device_on_the_whole_batch():
 
     case = lab04.q3.cases(random.Random(5))[0]
     rows = list(range(case["gbs"]))
-    one = lab04._q3_reference(case, case["weights"], rows, 1)
+    one = reference.q3_reference(case, case["weights"], rows, 1)
     for replicas in (2, 3, 4, 8):
-        loss, after = lab04._q3_reference(case, case["weights"], rows, replicas)
+        loss, after = reference.q3_reference(case, case["weights"], rows, replicas)
         assert np.isclose(loss, one[0]) and all(np.allclose(a, b) for a, b in zip(after, one[1]))
 
 
 def test_q2_deals_each_pipelines_batches_to_its_replicas_in_turn():
     case = {"pipelines": 2, "replicas": 4}
     pipes = [{"batches": [{"x": [i]} for i in (0, 1, 4, 5)]}, {"batches": [{"x": [i]} for i in (2, 3, 6)]}]
-    assert lab04._q2_steps(case, pipes) == [[[0], [1], [2], [3]], [[4], [5], [6], []]]
-    assert lab04._array_split(10, 4) == [3, 3, 2, 2] and lab04._array_split(3, 4) == [1, 1, 1, 0]
+    assert reference.q2_steps(case, pipes) == [[[0], [1], [2], [3]], [[4], [5], [6], []]]
+    assert reference.array_split(10, 4) == [3, 3, 2, 2] and reference.array_split(3, 4) == [1, 1, 1, 0]
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -154,7 +154,7 @@ def test_q2_and_q5_cases_test_what_they_claim(seed):
 
     for case in lab04.q2.cases(random.Random(seed)):
         if "gbs" in case and case["gbs"] % case["replicas"] and case["replicas"] > 2:
-            assert replica_split(case["gbs"], case["replicas"]) != lab04._array_split(case["gbs"], case["replicas"])
+            assert replica_split(case["gbs"], case["replicas"]) != reference.array_split(case["gbs"], case["replicas"])
         if "n" in case:
             assert case["n"] % case["gbs"] and case["n"] > case["gbs"]
     c = lab04.q5.cases(random.Random(seed))[0]
@@ -190,15 +190,15 @@ def test_q5_time_up_says_how_far_the_runs_got():
     import time
 
     now = time.monotonic()
-    busy = lab04._progress_text(CASE, {"first": list(range(1, CRASH + 1)), "second": [5, 6], "at": now - 2})
+    busy = judges.progress_text(CASE, {"first": list(range(1, CRASH + 1)), "second": [5, 6], "at": now - 2})
     assert f"The restart had reached step 6 of {CASE['steps']}" in busy and "the machine is probably busy" in busy
-    stuck = lab04._progress_text(CASE, {"first": [1, 2], "at": now - 100})
+    stuck = judges.progress_text(CASE, {"first": [1, 2], "at": now - 100})
     assert f"The first run had reached step 2 (the check stops it after step {CRASH})" in stuck
     assert "Nothing happened for the last 100 s" in stuck and ".repeat()" in stuck
-    endless = lab04._progress_text(CASE, {"first": list(range(1, CRASH + 1)),
+    endless = judges.progress_text(CASE, {"first": list(range(1, CRASH + 1)),
                                           "second": list(range(5, CASE["steps"] + 3)), "at": now})
     assert f"went on past step {CASE['steps']}" in endless
-    assert "on_step was never called" in lab04._progress_text(CASE, {"first": []})
+    assert "on_step was never called" in judges.progress_text(CASE, {"first": []})
 
 
 def test_q5_the_restart_gets_no_data_of_the_first_run():

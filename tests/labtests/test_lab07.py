@@ -6,7 +6,7 @@ import random
 import pytest
 
 from gpucourse.grading.items import Fail, make_cases
-from gpucourse.labtests import lab07
+from gpucourse.labtests import _lab07_judges as judges, _lab07_reference as reference, lab07
 
 
 def _step_records(elements, step_s, gap=0.0, start=1.0):
@@ -21,13 +21,13 @@ def _step_records(elements, step_s, gap=0.0, start=1.0):
 def _q2_run(case, ahead_s):
     """A q2 run of the case's pipeline: the work for each element starts ``ahead_s`` before the previous step ends
     (negative: after it), as a serial pipeline (< 0) or a prefetching one (> 0) would record it."""
-    want = lab07._q2_expected(case)
+    want = reference.q2_expected(case)
     steps = _step_records(want, 0.015, gap=0.05)
     a, b, k = case["a"], case["b"], case["k"]
     stages = []
     for i, (element, (_, arrived, _, _)) in enumerate(zip(want, steps)):
         begin = (steps[i - 1][3] if i else 0.5) - ahead_s
-        for v in lab07._flat(element):
+        for v in judges._flat(element):
             raw = v // k if "scale" in case["ops"] else v
             r = (raw - b) // a
             stages.append(["decode", r, raw, begin, begin + 0.008])
@@ -48,9 +48,9 @@ def test_q2_wants_every_element_made_after_the_previous_step(seed):
 
 def test_q2_hint_names_the_rewrite_that_ran_ahead():
     case = {"ops": ["decode", "batch"]}
-    assert "map_and_batch_fusion" in lab07._q2_hint(case, {"inject_prefetch": False, "autotune": False})
-    assert "inject_prefetch" in lab07._q2_hint(case, {"map_and_batch_fusion": False})
-    assert "add no steps" in lab07._q2_hint(case, {"apply_default_optimizations": False})
+    assert "map_and_batch_fusion" in judges._ahead_hint(case, {"inject_prefetch": False, "autotune": False})
+    assert "inject_prefetch" in judges._ahead_hint(case, {"map_and_batch_fusion": False})
+    assert "add no steps" in judges._ahead_hint(case, {"apply_default_optimizations": False})
 
 
 def _q3_run(case, per_step_s, reads_at_once=20, structure=(("_PrefetchDataset", -1),), start_s=0.6):
@@ -83,7 +83,7 @@ def test_q3_grades_steady_utilisation_startup_and_the_final_prefetch():
 def test_q3_needs_more_threads_than_a_16_core_default_pool():
     for seed in range(20):
         case = make_cases(lab07.q3, seed)[0]
-        reads, decodes = lab07._q3_needs(case)
+        reads, decodes = reference.q3_needs(case)
         # tf.data's default pool has one thread per core: 16 threads feed at most 16 / (read + decode) records
         # per second, which is at most 2/3 of the pace the step needs (the 80% bar fails it)
         assert 16 / (case["read_s"] + case["decode_s"]) <= (2 / 3) / case["step_s"]
@@ -108,16 +108,16 @@ def test_q4_mixing_statistic_passes_full_shuffles_and_fails_small_buffers():
 
     for _ in range(500):
         n = rng.randint(320, 400)
-        assert ahead([rng.sample(range(n), n) for _ in range(3)]) >= lab07.MIX * n
-        assert ahead([buffered(n, 240) for _ in range(3)]) < lab07.MIX * n
+        assert ahead([rng.sample(range(n), n) for _ in range(3)]) >= reference.MIX * n
+        assert ahead([buffered(n, 240) for _ in range(3)]) < reference.MIX * n
 
 
 def test_q4_whole_batches_shuffled_is_told_apart_from_a_record_shuffle():
     n, record = 12, {v: v for v in range(12)}
-    assert lab07._whole_batches_shuffled([[4, 5, 6], [10, 11, 0], [1, 2, 3], [7, 8, 9]], record, n)
-    assert not lab07._whole_batches_shuffled([[0, 1, 2], [3, 4, 5]], record, n)  # in reading order
-    assert not lab07._whole_batches_shuffled([[4, 9, 6], [1, 2, 3]], record, n)  # records mixed
-    assert not lab07._whole_batches_shuffled([[99, 1]], record, n)  # a value that is no record
+    assert reference.whole_batches_shuffled([[4, 5, 6], [10, 11, 0], [1, 2, 3], [7, 8, 9]], record, n)
+    assert not reference.whole_batches_shuffled([[0, 1, 2], [3, 4, 5]], record, n)  # in reading order
+    assert not reference.whole_batches_shuffled([[4, 9, 6], [1, 2, 3]], record, n)  # records mixed
+    assert not reference.whole_batches_shuffled([[99, 1]], record, n)  # a value that is no record
 
 
 def _q5_run(case, reads=1, decodes=3, augments=3, orders=None):
@@ -132,7 +132,7 @@ def _q5_run(case, reads=1, decodes=3, augments=3, orders=None):
             batch = []
             for r in order[i:i + case["batch"]]:
                 dec = a * raw[r] + b
-                aug = lab07.NOISE * dec + ((e if augments == 3 else 0) * 7 + r) % lab07.NOISE
+                aug = reference.NOISE * dec + ((e if augments == 3 else 0) * 7 + r) % reference.NOISE
                 if decodes == 3 or e == 0:
                     stages.append(["decode", raw[r], dec, t + 0.002, t + 0.003])
                 if augments == 3 or e == 0:

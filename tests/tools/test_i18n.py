@@ -184,6 +184,21 @@ def test_an_edited_english_code_cell_makes_the_edition_stale(tiny):
     assert {p.kind for p in i18n.check(tiny)} == {"code"}
 
 
+def test_checks_messages_are_read_from_every_module_that_writes_them():
+    """check()'s catalogue reads every module of labtests/ that calls tr: a lab's items and the grader-side modules
+    its judges live in (lab 03's among them), each lab's own file first."""
+    package = ROOT / "utils"
+    writers = {p.relative_to(package).as_posix() for p in (package / "labtests").glob("*.py")
+               if "tr(" in p.read_text(encoding="utf-8")}
+    assert {"labtests/lab01.py", "labtests/_lab03_judges.py"} <= writers <= set(i18n.MESSAGE_SOURCES)
+    order = [s for s in i18n.MESSAGE_SOURCES if s in ("labtests/lab03.py", "labtests/_lab03_judges.py",
+                                                      "labtests/lab04.py")]
+    assert order == ["labtests/lab03.py", "labtests/_lab03_judges.py", "labtests/lab04.py"]
+    moved = {m for m, where in i18n.extract_messages([package / s for s in i18n.MESSAGE_SOURCES])
+             if where == "labtests/_lab03_judges.py"}
+    assert "for {desc}: expected {want}, got {got}.{hint}" in moved  # lab 03 q2's verdict, in its judges' module
+
+
 def test_po_text_round_trips_and_gettext_reads_it(tmp_path):
     entries = i18n.read_po((FIXTURE / TINY_PO).read_text(encoding="utf-8"))
     assert i18n.render_po(entries) == (FIXTURE / TINY_PO).read_text(encoding="utf-8")

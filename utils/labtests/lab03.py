@@ -22,17 +22,20 @@ computes the expected answer on the grader's side:
   with plain SGD in NumPy.
 * q5: random GPU sizes, splits and reserves; the judge does the arithmetic in MiB.
 
-Every message goes through ``tr`` (the zh_CN catalogue, ``grading/locale/zh_CN.po``).
+This file is what each item draws and runs, and the code the graded kernel gets (the ``@in_kernel``
+functions and what they use). Each item's verdict is in :mod:`gpucourse.labtests._lab03_judges`, and the right
+answers it compares with in :mod:`gpucourse.labtests._lab03_reference`: both run only on the grader's side
+(the kernel's copy of the course has no ``labtests``). Every message goes through ``tr`` (the zh_CN catalogue,
+``grading/locale/zh_CN.po``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
 
-from gpucourse.grading.items import Fail, expect_raised, in_kernel, item, outcome, tr
-
-MiB = 2**20
+from gpucourse.grading.items import in_kernel, item, outcome
+from gpucourse.labtests._lab03_judges import judge_q1, judge_q2, judge_q3, judge_q4, judge_q5, judge_q6
+from gpucourse.labtests._lab03_reference import MiB, largest, need, q6_weights, stop_cost
 
 
 def _type_name(value) -> str:
@@ -94,12 +97,6 @@ def _build_optimizer(opt: dict):
     return getattr(keras.optimizers, opt["cls"])(**opt["kwargs"])
 
 
-def _nbytes(variables, itemsize: int | None = None) -> int:
-    import numpy as np
-
-    return sum(int(np.prod(v.shape)) * (itemsize or np.dtype(v.dtype).itemsize) for v in variables)
-
-
 @in_kernel
 def _q1_observe(ns, case):
     fn = ns.function("training_state_bytes")
@@ -132,96 +129,11 @@ class q1:
     def observe(ns, case):
         return ns.kernel(_q1_observe, case)
 
-    def judge(case, seen):
-        model = _build_model(case["model"])
-        weights, grads = _nbytes(model.weights), _nbytes(model.trainable_weights)
-        frozen = weights - grads
-        dtype = case["model"]["dtype"]
-        shapes = [tuple(w.shape) for w in model.weights]
-        for opt, res in zip(case["optimizers"], seen["results"]):
-            got, label = res["got"], opt["label"]
-            if res["type"] not in ("int", "int64", "int32"):
-                raise Fail(tr("training_state_bytes should return a whole number of bytes (int), got {got} "
-                              "({kind}) for keras.optimizers.{label}", got=repr(got), kind=res["type"], label=label))
-            optimizer = _build_optimizer(opt)
-            optimizer.build(model.trainable_variables)
-            state = [v for v in optimizer.variables if len(v.shape)]
-            scalars = [v for v in optimizer.variables if not len(v.shape)]
-            accumulators = [v for v in state if "gradient_accumulator" in v.path]
-            slots = _nbytes(state)
-            want = weights + grads + slots
-            if got == want:
-                continue
-            where = tr("for a {dtype} model with weights {shapes} ({weights} bytes, {grads} of them trainable) and "
-                       "keras.optimizers.{label}", dtype=dtype, shapes=shapes, weights=weights, grads=grads,
-                       label=label)
-            if got == want - grads and accumulators:  # an accumulator has exactly the gradients' size
-                hint = tr("You left out the gradients (one per trainable weight) or the gradient accumulator (with "
-                          "gradient_accumulation_steps the optimizer keeps one more parameter-sized variable per "
-                          "trainable weight): they take the same bytes.")
-            elif got == want - grads:
-                hint = tr("You left out the gradients: every trainable weight gets one, of the same size.")
-            elif frozen and got == want - frozen:
-                hint = tr("You left out the non-trainable weights (BatchNormalization's moving mean and variance): "
-                          "count all of model.weights, and gradients for model.trainable_weights only.")
-            elif frozen and got == want + frozen:
-                hint = tr("Only trainable weights get gradients: count them over model.trainable_weights, not "
-                          "model.weights.")
-            elif scalars and got == want + _nbytes(scalars):
-                hint = tr("You counted the optimizer's scalar variables (iteration counter, learning rate): count "
-                          "only its per-parameter state, the variables with a shape.")
-            elif dtype != "float32" and got == _nbytes(model.weights, 4) + _nbytes(model.trainable_weights, 4) \
-                    + _nbytes(state, 4):
-                hint = tr("You assumed 4 bytes per value; these weights are {dtype}: use each variable's dtype "
-                          "(np.dtype(v.dtype).itemsize).", dtype=dtype)
-            else:
-                hint = tr("Expected {weights} (weights) + {grads} (gradients) + {slots} (optimizer state) bytes; "
-                          "build a copy of the optimizer on the trainable weights and look at its variables.",
-                          weights=weights, grads=grads, slots=slots)
-            raise Fail(tr("{where}: expected {want} bytes, got {got}. {hint}", where=where, want=want, got=got,
-                          hint=hint))
+    def judge(case, seen):  # the judge builds the case's model and optimizers as the kernel does
+        judge_q1(case, seen, _build_model, _build_optimizer)
 
 
 # --------------------------------------------------------------------------- q2
-
-
-def _need(params: dict, n: int) -> int:
-    """The peak of one step at batch ``n`` as an allocator reports it: the state, plus activations that grow a
-    little faster than a line (``quad``), counted only from 256 KiB on when ``hidden`` (a CPU with oneDNN leaves
-    smaller tensors out), rounded up to 256 bytes (the allocators' granularity)."""
-    act = params["per"] * n + params["quad"] * n * n
-    if act < params["hidden"]:
-        act = 0
-    return -(-(params["fixed"] + act) // 256) * 256
-
-
-def _largest(case: dict) -> int | None:
-    """The answer, by bisection on the (never decreasing) memory model; None if not even a batch of 1 fits."""
-    if _need(case, 1) > case["budget"]:
-        return None
-    lo, hi = 1, case["max_batch"]
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        lo, hi = (mid, hi) if _need(case, mid) <= case["budget"] else (lo, mid - 1)
-    return lo
-
-
-def _allowed_cost(answer: int | None) -> int:
-    """Examples the search may spend: 8 x the answer + 64.
-
-    Why 8: a search that predicts the next size from the bytes it measured (a line through its two nearest
-    measurements, checked against the budget) spends 2 to 6 x the answer on these models (measured on 48,000
-    random cases: the answer itself, the size above it, and one or two predictions that overshoot when the
-    model bends upwards). Doubling then bisecting spends the doubling (2 to 4 x the answer) plus about
-    log2(answer) bisection steps of about the answer each: more than 10 x on every case here with an answer of
-    300 or more. The + 64 leaves room for a few cheap small measurements.
-    """
-    return 8 * (answer or 1) + 64
-
-
-#: The check stops a search that spends this much (a search one size at a time would run for minutes).
-def _stop_cost(answer: int | None) -> int:
-    return 40 * (answer or 1) + 4096
 
 
 @item("q2", points=3, title="largest_batch finds the biggest batch within budget, spending few examples")
@@ -242,7 +154,7 @@ class q2:
             if k == 1:  # everything up to max_batch fits
                 max_batch = rng.randint(max(2, target // 4), target - 1)
             # k == 3: the budget is exactly the peak of the answer (it fits: <=).
-            budget = _need(p, target) + (0 if k == 3 else rng.randint(0, per - 1))
+            budget = need(p, target) + (0 if k == 3 else rng.randint(0, per - 1))
             # "at": every batch over the budget raises ResourceExhaustedError instead of returning a number.
             capacity = {"none": None, "at": budget,
                         "above": budget + rng.randint(1, 3) * per * max(1, target // 4)}[cap]
@@ -256,7 +168,7 @@ class q2:
 
         fn = ns.function("largest_batch")
         calls, bad, stopped = [], [], []
-        stop = _stop_cost(_largest(case))
+        stop = stop_cost(largest(case))
 
         def peak_bytes(n):
             # Runs here, where the check runs (under the grader: its observer process): the learner's code gets a
@@ -267,7 +179,7 @@ class q2:
             if sum(c for c, _ in calls) + n > stop or len(calls) >= 300:
                 stopped.append(n)
                 raise RuntimeError("the check stopped the search: it spent far more examples than allowed")
-            used = _need(case, n)
+            used = need(case, n)
             if case["capacity"] is not None and used > case["capacity"]:
                 calls.append((n, None))
                 raise tf.errors.ResourceExhaustedError(None, None, f"OOM when allocating tensor for batch {n}")
@@ -278,66 +190,7 @@ class q2:
         return {"result": result, "calls": [n for n, _ in calls], "bad": bad[:3], "stopped": bool(stopped),
                 "type": _type_name(result.get("value"))}
 
-    def judge(case, seen):
-        mx, budget, calls = case["max_batch"], case["budget"], seen["calls"]
-        formula = (f"peak_bytes(n) = {case['fixed']} + {case['per']}*n"
-                   + (f" + {case['quad']}*n^2" if case["quad"] else "")
-                   + (" (activations counted from 256 KiB on)" if case["hidden"] else "")
-                   + ", rounded up to 256 bytes")
-        desc = tr("{formula}, budget {budget}, max_batch {max_batch}", formula=formula, budget=budget, max_batch=mx)
-        res, want = seen["result"], _largest(case)
-        spent, allowed = sum(calls), _allowed_cost(want)
-        no_number = tr(" Here every batch over the budget runs out of memory, so no measurement above the budget "
-                       "has a number to interpolate with: aim from below, along the line through the two largest "
-                       "batches you measured to fit.") if case["capacity"] == budget else ""
-        if seen["bad"]:
-            raise Fail(tr("for {desc}: you called peak_bytes({arg}); a batch size is a whole number from 1 to "
-                          "max_batch (with //, not /)", desc=desc, arg=seen["bad"][0]))
-        if seen["stopped"]:
-            raise Fail(tr("for {desc}: the check stopped your search after {count} measurements of {spent} "
-                          "examples in all; at most {allowed} (8 x the answer + 64) are allowed. Each measurement "
-                          "tells you how many bytes a batch needs: use them to aim at the budget.", desc=desc,
-                          count=len(calls), spent=spent, allowed=allowed) + no_number)
-        if res.get("raised") == "ResourceExhaustedError":
-            raise Fail(tr("for {desc}: peak_bytes raised ResourceExhaustedError ({message}) and your "
-                          "function let it escape: catch tf.errors.ResourceExhaustedError and treat that batch as "
-                          "'does not fit'", desc=desc, message=res["message"][:80]))
-        if want is None:
-            return expect_raised(res, tr("for {desc}, largest_batch", desc=desc),
-                                 "not even a batch of 1 fits the budget")
-        if "raised" in res:
-            values = [_need(case, n) for n in calls]
-            flat = tr(" peak_bytes gave {value} bytes for every batch you measured ({sizes}): at small batches the "
-                      "counters may not grow at all (a CPU leaves out tensors under 256 KiB), so try a larger batch "
-                      "before you take a slope.", value=values[0], sizes=calls) \
-                if len(calls) > 1 and len(set(values)) == 1 else ""
-            raise Fail(tr("for {desc}: your function raised {raised}: {message}", desc=desc, raised=res["raised"],
-                          message=res["message"]) + flat)
-        got = res["value"]
-        if seen["type"] not in ("int", "int64", "int32"):
-            raise Fail(tr("for {desc}: largest_batch should return a whole number (int), got {got}", desc=desc,
-                          got=repr(got)))
-        if got > mx:
-            raise Fail(tr("for {desc}: returned {got}, more than max_batch={max_batch}; the answer is at most "
-                          "max_batch", desc=desc, got=got, max_batch=mx))
-        unmeasured = [n for n in ([got] if got == mx else [got, got + 1]) if n not in calls]
-        if unmeasured:
-            raise Fail(tr("for {desc}: you returned {got} without measuring peak_bytes({n}). A prediction is not a "
-                          "measurement (the bytes are not exactly on a line): return a batch you measured to fit, "
-                          "and measure the next size up too (unless it is max_batch) to know it does not.",
-                          desc=desc, got=got, n=unmeasured[0]))
-        if got != want:
-            hint = ""
-            if got == want - 1 and _need(case, want) == budget:
-                hint = tr(" peak_bytes({want}) is exactly the budget, and a peak equal to the budget fits: "
-                          "compare with <=, not <.", want=want)
-            raise Fail(tr("for {desc}: expected {want}, got {got}.{hint}", desc=desc, want=want, got=got, hint=hint))
-        if spent > allowed:
-            raise Fail(tr("for {desc}: found {got}, but your {count} measurements cost {spent} examples (a step on n "
-                          "examples costs n); at most {allowed} (8 x the answer + 64) are allowed. Bisection spends "
-                          "about the answer on each of about log2(answer) steps: use the bytes each measurement "
-                          "returned to aim at the budget.", desc=desc, got=got, count=len(calls), spent=spent,
-                          allowed=allowed) + no_number)
+    judge = judge_q2
 
 
 # --------------------------------------------------------------------------- q3
@@ -358,54 +211,10 @@ class q3:
         kinds = [_type_name(v) for v in value] if isinstance(value, (list, tuple)) else None
         return {"result": res, "kinds": kinds}
 
-    def judge(case, seen):
-        eff, mx, res = case["effective"], case["max"], seen["result"]
-        call = f"accumulation_plan({eff}, {mx})"
-        if case.get("bad"):
-            return expect_raised(res, call, "batch sizes must be >= 1")
-        if "raised" in res:
-            raise Fail(tr("{call} raised {raised}: {message}", call=call, raised=res["raised"], message=res["message"]))
-        got, kinds = res["value"], seen["kinds"]
-        if kinds is None or len(kinds) != 2 or any(k not in ("int", "int64", "int32") for k in kinds):
-            raise Fail(tr("accumulation_plan should return a tuple (micro_batch, steps) of two ints, got {got}",
-                          got=repr(got)))
-        micro, steps = got
-        want_steps = next(s for s in range(1, eff + 1) if eff % s == 0 and eff // s <= mx)
-        want = [eff // want_steps, want_steps]
-        if got == want:
-            return
-        if [steps, micro] == want:  # either swapped, or a valid plan with too many steps: say both
-            raise Fail(tr("{call} returned {got}. If you meant (steps, micro_batch), return (micro_batch, "
-                          "steps) instead. Read as (micro_batch, steps), it takes {steps} steps where {want_steps} "
-                          "step(s) of {want_micro} also add up and fit: fewer steps means fewer, larger micro-batches.",
-                          call=call, got=tuple(got), steps=steps, want_steps=want[1], want_micro=want[0]))
-        if micro * steps != eff:
-            raise Fail(tr("{call} returned micro_batch={micro}, steps={steps}: {micro} x {steps} = {product}, "
-                          "not the effective batch {eff}; the micro-batch must divide it exactly", call=call,
-                          micro=micro, steps=steps, product=micro * steps, eff=eff))
-        if micro > mx:
-            raise Fail(tr("{call} returned micro_batch={micro}, more than max_batch={max_batch}: accumulate over "
-                          "several smaller micro-batches", call=call, micro=micro, max_batch=mx))
-        raise Fail(tr("{call} returned {steps} steps; {want_steps} step(s) of {want_micro} also add up and fit, "
-                      "and fewer steps means fewer, larger micro-batches", call=call, steps=steps,
-                      want_steps=want_steps, want_micro=eff // want_steps))
+    judge = judge_q3
 
 
 # --------------------------------------------------------------------------- q4
-
-
-def _reference_sgd(w, b, x, y, lr, batch):
-    """Plain mini-batch SGD on a linear model with mean-squared-error loss, in NumPy (float64)."""
-    import numpy as np
-
-    w, b = np.array(w, "float64"), np.array(b, "float64")
-    x, y = np.array(x, "float64"), np.array(y, "float64")
-    for i in range(0, len(x), batch):
-        xb, yb = x[i:i + batch], y[i:i + batch]
-        err = xb @ w + b - yb
-        w -= lr * 2 * xb.T @ err / err.size
-        b -= lr * 2 * err.sum(axis=0) / err.size
-    return w, b
 
 
 def _TrainingPasses():
@@ -441,30 +250,6 @@ def _TrainingPasses():
     return TrainingPasses()
 
 
-def _why_weights_differ(case, seen) -> str:
-    """The mistake behind wrong weights, from what the model and its optimizer say about the training."""
-    import numpy as np
-
-    optimizer, lr, momentum = seen.get("optimizer"), seen.get("lr"), seen.get("momentum")
-    if optimizer != "SGD":
-        return tr("Your model.optimizer is {optimizer}: the check compares with plain SGD, whose update is the "
-                  "learning rate times the averaged gradient. Compile with keras.optimizers.SGD(learning_rate, "
-                  "gradient_accumulation_steps=...).", optimizer=optimizer)
-    if momentum:
-        return tr("The SGD has momentum={momentum:g}: plain SGD has none (leave momentum at 0).", momentum=momentum)
-    if lr is not None and not math.isclose(lr, case["lr"], rel_tol=1e-5):
-        return tr("The optimizer's learning rate is {got:g}, not the learning_rate={lr} you were given. Keras "
-                  "averages the accumulated gradients (it does not add them up), so the learning rate needs no "
-                  "scaling.", got=lr, lr=case["lr"])
-    if seen.get("loss") not in _MSE:
-        return tr("The model is compiled with the loss {loss}: use loss='mse' (mean squared error, averaged over "
-                  "the batch).", loss=seen.get("loss"))
-    if seen.get("first") is not None and not np.isclose(seen["first"], case["x"][0][0], atol=1e-6):
-        return tr("The first training batch did not start with the first example: model.fit shuffles by default. "
-                  "Pass shuffle=False, so that the batches come in order.")
-    return tr("Train in order (shuffle=False) with plain SGD and loss 'mse'.")
-
-
 @contextlib.contextmanager
 def _quiet_tensorflow():
     """TensorFlow's own warnings off (its "triggered tf.function retracing" after a few checks: every check
@@ -487,9 +272,6 @@ def _loss_name(loss) -> str:
     reduction = getattr(loss, "reduction", None)
     name = getattr(loss, "name", None) or getattr(loss, "__name__", None) or type(loss).__name__
     return f"{name} (reduction={reduction!r})" if reduction not in (None, "sum_over_batch_size") else str(name)
-
-
-_MSE = ("mse", "mean_squared_error", "meansquarederror", "MSE", "MeanSquaredError")
 
 
 @in_kernel
@@ -554,50 +336,7 @@ class q4:
     def observe(ns, case):
         return ns.kernel(_q4_observe, case)
 
-    def judge(case, seen):
-        import numpy as np
-
-        micro, eff, lr = case["micro"], case["effective"], case["lr"]
-        if case.get("bad"):
-            call = f"train_with_accumulation(..., micro_batch={micro}, effective_batch={eff}, ...)"
-            why = tr("{micro} does not divide {eff}", micro=micro, eff=eff)
-            if "raised" not in seen["result"] and seen.get("returned_model"):
-                raise Fail(tr("{call} should raise ValueError ({why}), but it trained the model and returned it. "
-                              "Check the batch sizes before you compile or train.", call=call, why=why))
-            return expect_raised(seen["result"], call, why)
-        if not seen["returned_model"]:
-            raise Fail(tr("train_with_accumulation should return the model it was given, trained"))
-        steps, n = eff // micro, len(case["x"])
-        w, b = np.array(seen["w"], "float64"), np.array(seen["b"], "float64")
-        want_w, want_b = _reference_sgd(case["w0"], case["b0"], case["x"], case["y"], lr, eff)
-        err = float(max(np.abs(w - want_w).max(), np.abs(b - want_b).max()))
-        if err > 1e-4:
-            per_micro, _ = _reference_sgd(case["w0"], case["b0"], case["x"], case["y"], lr, micro)
-            if steps > 1 and np.abs(w - per_micro).max() < 1e-4:
-                raise Fail(tr("with micro_batch={micro} and effective_batch={eff}, your weights match one SGD "
-                              "update per micro-batch: the gradients were not accumulated. Give the optimizer "
-                              "gradient_accumulation_steps={steps}.", micro=micro, eff=eff, steps=steps))
-            where = tr("on {n} random examples with micro_batch={micro}, effective_batch={eff}, learning_rate={lr}: "
-                       "the weights differ from {updates} SGD steps with batch {eff} by {err:.3g} (allowed 1e-4).",
-                       n=n, micro=micro, eff=eff, lr=lr, updates=n // eff, err=err)
-            raise Fail(where + " " + _why_weights_differ(case, seen))
-        passes, biggest, smallest = seen.get("passes") or [0, 0, 0]
-        if passes != n // micro or biggest != micro or smallest != micro or seen.get("iterations") != n // eff:
-            raise Fail(tr("the weights are right, but the training was not {want_passes} passes on micro-batches of "
-                          "{micro} and {updates} optimizer updates: the model saw {passes} training pass(es) of "
-                          "{smallest} to {biggest} rows and its optimizer made {iterations} update(s). "
-                          "Compile the model with keras.optimizers.SGD(learning_rate, gradient_accumulation_steps="
-                          "{acc}) and train it on batches of {micro} (not on big batches, nor with another optimizer "
-                          "that you replace afterwards).", want_passes=n // micro, micro=micro, updates=n // eff,
-                          passes=passes, smallest=smallest, biggest=biggest, iterations=seen.get("iterations"),
-                          acc=steps if steps > 1 else None))
-        want_acc = steps if steps > 1 else None
-        if seen["optimizer"] != "SGD" or seen["accumulation"] != want_acc:
-            raise Fail(tr("the weights are right, but with micro_batch={micro} and effective_batch={eff} the model "
-                          "should be compiled with keras.optimizers.SGD(learning_rate, gradient_accumulation_steps="
-                          "{want_acc}) and trained on batches of {micro}; model.optimizer is {optimizer} with "
-                          "gradient_accumulation_steps={accumulation}", micro=micro, eff=eff, want_acc=want_acc,
-                          optimizer=seen["optimizer"], accumulation=seen["accumulation"]))
+    judge = judge_q4
 
 
 # --------------------------------------------------------------------------- q5
@@ -636,49 +375,7 @@ class q5:
     def observe(ns, case):
         return ns.kernel(_q5_observe, case)
 
-    def judge(case, seen):
-        total, n, reserve = case["total"], case["n"], case["reserve"]
-        call = f"virtual_gpus({total}, {n}, reserve_mib={reserve})"
-        if case.get("bad"):
-            return expect_raised(seen["result"], call, tr("there is not at least 1 MiB for each virtual GPU")
-                                 if n >= 1 else tr("n must be >= 1"))
-        if "raised" in seen["result"]:
-            raise Fail(tr("{call} raised {raised}: {message}", call=call, raised=seen["result"]["raised"],
-                          message=seen["result"]["message"]))
-        value = seen["result"]["value"]
-        items = value["items"]
-        if items is None or not all(it["config"] for it in items):
-            what = value["type"] if items is None else [it["type"] for it in items][:3]
-            raise Fail(tr("{call} should return a list of tf.config.LogicalDeviceConfiguration (what "
-                          "set_logical_device_configuration takes), got {what}", call=call, what=what))
-        if len(items) != n:
-            raise Fail(tr("{call} returned {count} configurations; it should return {n}, one per virtual GPU",
-                          call=call, count=len(items), n=n))
-        want = (total // MiB - reserve) // n
-        limits = [it["limit"] for it in items]
-        if all(it["limit_type"] in ("int", "int64") for it in items) and limits == [want] * n:
-            return
-        got = limits[0]
-        if not isinstance(got, (int, float)) or isinstance(got, bool):
-            raise Fail(tr("{call}: memory_limit should be a whole number of MiB, got {got}", call=call, got=repr(got)))
-        if got >= 100 * want * 1024:
-            hint = tr("{got} is in bytes, but memory_limit takes MiB: TensorFlow would read it as {got} MiB, "
-                      "which is no limit at all. Divide bytes by 2**20.", got=got)
-        elif got <= 1:
-            hint = tr("that is a fraction, but memory_limit is an absolute size in MiB: TensorFlow keeps whole MiB, "
-                      "so this virtual GPU could hold nothing.")
-        elif reserve and got == total // MiB // n:
-            hint = tr("leave reserve_mib={reserve} MiB for the CUDA context and other processes before splitting.",
-                      reserve=reserve)
-        elif 1.04 < got / want < 1.06:
-            hint = tr("that counts MB (10**6 bytes); memory_limit is in MiB (2**20 bytes).")
-        elif not all(it["limit_type"] in ("int", "int64") for it in items) or got > want:
-            hint = tr("round down to a whole number of MiB (//): the limits must add up to no more than the GPU "
-                      "minus the reserve, and TensorFlow truncates a fraction of a MiB anyway.")
-        else:
-            hint = tr("every virtual GPU gets the same share: (total MiB - reserve_mib) // n.")
-        raise Fail(tr("{call}: expected memory_limit={want} (MiB) for each of the {n} virtual GPUs, got {limits}. "
-                      "{hint}", call=call, want=want, n=n, limits=limits, hint=hint))
+    judge = judge_q5
 
 
 # --------------------------------------------------------------------------- q6
@@ -754,65 +451,6 @@ def _q6_observe(ns, case):
     return {"device": device, "result": result, "log": log}
 
 
-#: A call of step that started within this of a reset counts as measured from a reset (the learner's code may
-#: allocate a little between the reset and the call; on a CPU tensors under 256 KiB are not counted anyway).
-_RESET_SLACK = 256 * 1024
-
-
-def _q6_candidates(log: list, n: int, warmup: bool) -> list[int]:
-    """What a right measurement of step(n) reads: for each call of step(n) that started right after a reset (and,
-    with ``warmup``, was not the step's first call ever, which traces it and creates the optimizer's state), the
-    allocator's peak after it (or after the calls of step(n) that follow it at once: a worst of several) minus what
-    was in use when it started."""
-    out = []
-    for i, (k, current, peak, _, _) in enumerate(log):
-        if k != n or (warmup and i == 0) or peak - current > _RESET_SLACK:
-            continue
-        top = 0
-        for j in range(i, len(log)):
-            if log[j][0] != n:
-                break
-            top = max(top, log[j][4])
-            out.append(top - current)
-    return out
-
-
-def _q6_close(value: float, target: float) -> bool:
-    """Equal up to what the learner's own code may allocate between reading the counters and calling step."""
-    return abs(value - target) <= 64 * 1024 + 0.01 * abs(target)
-
-
-def _q6_window(case: dict, n: int, device: str) -> tuple[int, int]:
-    """The least and the most one call of step(n) can need above what was in use, from the step's shapes alone.
-
-    ``activations``: one tensor of n * width * 4 bytes. A BFC allocator (oneDNN's on a CPU, TensorFlow's on a GPU)
-    may hand out a free chunk of up to twice the size asked for without splitting it, and counts the whole chunk:
-    so from 1x to under 2x the tensor (measured here: 1.0x to 1.94x), plus 1 MiB for the scalar and rounding.
-
-    ``mlp`` (a training step of Dense layers with Adam): at the start of the backward pass the batch and every hidden
-    layer's output are alive together (each layer's weight gradient needs its input), so at least 4n(d + sum of
-    the hidden widths) bytes; the cases make each of them at least 256 KiB, the size from which a CPU with oneDNN
-    counts a tensor. At most twice (chunks, as above) every activation, its gradient, the inputs and the labels,
-    4n(2d + 2 x sum(hidden) + 3 classes + 1), plus 4 x the weights (their gradients, Adam's temporaries) and 8 MiB
-    (small tensors and rounding); on a GPU 64 MiB more (cuBLAS may take its workspace from TensorFlow's allocator).
-    Measured here with oneDNN and with TF_CPU_ALLOCATOR_USE_BFC=true (batches 256 to 2048, widths 256 to 768):
-    1.5x to 4.8x the floor, and under half the ceiling.
-    """
-    m = case["model"]
-    if m["kind"] == "activations":
-        size = 4 * n * m["width"]
-        return size, 2 * size + MiB
-    hidden, d, c, weights = sum(m["hidden"]), m["d"], m["classes"], _q6_weights(m)
-    core = 4 * n * (2 * d + 2 * hidden + 3 * c + 1)
-    return 4 * n * (d + hidden), 2 * core + 4 * weights + 8 * MiB + (64 * MiB if device.startswith("GPU") else 0)
-
-
-def _q6_weights(m: dict) -> int:
-    """Bytes of the MLP's weights and biases (float32)."""
-    widths = [m["d"]] + m["hidden"] + [m["classes"]]
-    return 4 * sum(a * b + b for a, b in zip(widths, widths[1:]))
-
-
 @item("q6", points=3, title="batch_that_fits measures each step's peak and picks the largest batch within budget")
 class q6:
     def cases(rng):
@@ -823,7 +461,7 @@ class q6:
         # Near what the step needs between the middle and the largest batch (activations kept for the backward
         # pass and their gradients, plus the weights' gradients and Adam's temporaries): which batches fit is up
         # to the measurement; the check only asks that the decision follows from it.
-        n_mid, w = (sizes[1] + sizes[2]) // 2, _q6_weights(mlp)
+        n_mid, w = (sizes[1] + sizes[2]) // 2, q6_weights(mlp)
         budget = 4 * n_mid * (2 * d + 2 * sum(hidden)) + 2 * w
         # The step whose sizes are the check's secret: batches 3x apart, so that each one's window (1x to 2x its
         # tensor, plus 1 MiB) lies below the next one's; a budget between the middle and the largest batch.
@@ -839,75 +477,4 @@ class q6:
     def observe(ns, case):
         return ns.kernel(_q6_observe, case)
 
-    def judge(case, seen):
-        device, batches, budget = seen["device"], case["batches"], case["budget"]
-        call = f"batch_that_fits(step, {batches}, {budget}, {device!r})"
-        if "unavailable" in seen:
-            raise Fail(tr("TensorFlow keeps no memory statistics for {device} in this kernel ({error}), so nothing "
-                          "can be measured: restart the kernel and run the setup cell first (before TensorFlow "
-                          "starts, it turns on what keeps them).", device=device, error=seen["unavailable"]))
-        res = seen["result"]
-        if "raised" in res:
-            raise Fail(tr("{call} raised {raised}: {message}", call=call, raised=res["raised"],
-                          message=res["message"]))
-        value = res["value"]
-        if not (isinstance(value, list) and len(value) == 2 and isinstance(value[0], list)):
-            raise Fail(tr("{call} should return a tuple (peaks, best), peaks a list with one number per batch size; "
-                          "got {got}", call=call, got=repr(value)[:200]))
-        peaks, best = value
-        if len(peaks) != len(batches) or not all(isinstance(p, (int, float)) and not isinstance(p, bool)
-                                                 for p in peaks):
-            raise Fail(tr("{call}: peaks should hold one number of bytes per batch size ({count}), in their order; "
-                          "got {peaks}", call=call, count=len(batches), peaks=peaks))
-        log = seen["log"]
-        for n, got in zip(batches, peaks):
-            _q6_judge_peak(case, device, log, n, got, call)
-        fitting = [n for n, p in zip(batches, peaks) if p <= budget]
-        want = max(fitting) if fitting else None
-        if best != want:
-            raise Fail(tr("{call}: with your peaks {peaks} the batch sizes that fit {budget} bytes are {fitting}, so "
-                          "best should be {want}, got {got}. The largest that fits, whatever the order of "
-                          "batch_sizes (None if none fits).", call=call, peaks=peaks, budget=budget,
-                          fitting=fitting, want=want, got=best))
-
-
-def _q6_judge_peak(case: dict, device: str, log: list, n: int, got, call: str) -> None:
-    """Fail unless ``got`` is what the allocator saw during a measured call of step(n), and a peak this step can
-    have; say which classic mistake it matches otherwise."""
-    calls = [i for i, row in enumerate(log) if row[0] == n]
-    lo, hi = _q6_window(case, n, device)
-    where = tr("{call}, batch size {n}", call=call, n=n)
-    if not calls:
-        raise Fail(tr("{where}: you never called step({n}), so {got} is not a measurement of it.", where=where, n=n,
-                      got=got))
-    candidates = _q6_candidates(log, n, warmup=case["model"]["kind"] == "mlp")
-    if any(_q6_close(got, c) for c in candidates):
-        if not lo <= got <= hi:  # the allocator's own numbers, outside what this step can need: not believable
-            raise Fail(tr("{where}: {got} bytes is outside what this step can need ({lo} to {hi} bytes from its "
-                          "shapes): the allocator's counters in this kernel do not look real.", where=where, got=got,
-                          lo=lo, hi=hi))
-        return
-    measured = [log[i][4] - log[i][1] for i in calls]
-    if not any(log[i][2] - log[i][1] <= _RESET_SLACK for i in calls):
-        hint = tr("the allocator's peak was not reset before any call of step({n}): get_memory_info's 'peak' is the "
-                  "highest since the last reset, so it still held an earlier, larger step's peak. Call "
-                  "reset_memory_stats before each measurement.", n=n)
-    elif 0 in calls and case["model"]["kind"] == "mlp" and _q6_close(got, log[0][4] - log[0][1]):
-        hint = tr("you measured the step's first call, which also traces it and creates the optimizer's state. Call "
-                  "step once before you measure.")
-    elif any(_q6_close(got, log[i][4]) for i in calls):
-        hint = tr("that is the allocator's whole peak, with what was already in use before the call (the notebook's "
-                  "other tensors, the model's weights): subtract get_memory_info's 'current' read just before the "
-                  "call.")
-    elif any(_q6_close(got * 2**20, m) or _q6_close(got * 10**6, m) or _q6_close(got * 1024, m) for m in measured):
-        hint = tr("peaks are in bytes: do not convert them to KiB, MiB or MB.")
-    elif got < lo:
-        hint = tr("that is less than this step needs: read 'peak' (the highest since the reset), not 'current' (what "
-                  "is still allocated once the step is over)")
-        if device != "CPU:0":
-            hint += tr(", on the device the step runs on ({device})", device=device)
-        hint += "."
-    else:
-        hint = tr("the allocator's peak during your calls of step({n}) rose by {measured} bytes.", n=n,
-                  measured=measured)
-    raise Fail(tr("{where}: got {got} bytes; {hint}", where=where, got=got, hint=hint))
+    judge = judge_q6

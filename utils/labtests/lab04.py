@@ -19,14 +19,17 @@ real process (``ns.fresh_process()``: the submission's cells run again in a
 second kernel) killed with SIGKILL from ``on_step``, which runs in the grader, as does ``preempted``,
 so only what it saved on disk survives; ``check()`` simulates the kill with an
 exception from ``on_step`` that ``except Exception`` cannot catch.
+This file is what each item draws and runs, and the code the graded kernel gets (the ``@in_kernel``
+functions and what they use). Each item's verdict is in :mod:`gpucourse.labtests._lab04_judges`, and the
+reference training and batch arithmetic it compares with in :mod:`gpucourse.labtests._lab04_reference`: both run
+only on the grader's side (the kernel's copy of the course has no ``labtests``).
 Every message goes through ``tr`` (the zh_CN catalogue, ``grading/locale/zh_CN.po``).
 """
 
 from __future__ import annotations
 
-import json
-
-from gpucourse.grading.items import Fail, ItemTimeout, expect_raised, in_kernel, item, outcome, tr
+from gpucourse.grading.items import Fail, ItemTimeout, in_kernel, item, outcome, tr
+from gpucourse.labtests._lab04_judges import judge_q1, judge_q2, judge_q3, judge_q4, judge_q5, progress_text
 
 # --------------------------------------------------------------------------- shared
 
@@ -48,12 +51,6 @@ def _all_devices_strategy():
     from gpucourse import distribute
 
     return distribute.mirrored_strategy(distribute.strategy_devices())
-
-
-def _split(batch: int, replicas: int) -> list[int]:
-    """TensorFlow's split of a batch over replicas: ceil(batch / replicas) each, in order, until it runs out."""
-    per = -(-batch // replicas)
-    return [max(0, min(per, batch - i * per)) for i in range(replicas)]
 
 
 def _matrix(rng, rows: int, cols: int, scale: float = 1.0) -> list[list[float]]:
@@ -98,28 +95,10 @@ class q1:
     def observe(ns, case):
         return ns.kernel(_q1_observe, case)
 
-    def judge(case, seen):
-        if "bad" in case:
-            return expect_raised(seen, f"global_batch(strategy, {case['bad']})", "a batch needs >= 1 example")
-        per = case["per"]
-        for run in seen["runs"]:
-            n, got = run["replicas"], run["got"]
-            if run["type"] not in ("int", "int64", "int32"):
-                raise Fail(tr("global_batch should return a whole number of examples (an int), got {got} ({kind})",
-                              got=repr(got), kind=run["type"]))
-            if got != per * n:
-                hint = (tr(" Use strategy.num_replicas_in_sync, not the number of devices on the machine.")
-                        if got == per * seen["machine"] else "")
-                raise Fail(tr("for a MirroredStrategy over {n} device(s) and per_replica={per}, expected {want}, "
-                              "got {got}.{hint}", n=n, per=per, want=per * n, got=repr(got), hint=hint))
+    judge = judge_q1
 
 
 # --------------------------------------------------------------------------- q2
-
-
-def _array_split(total: int, parts: int) -> list[int]:
-    """``np.array_split``'s sizes: ``total`` examples over ``parts`` replicas, the first ``total % parts`` one more."""
-    return [total // parts + (1 if j < total % parts else 0) for j in range(parts)]
 
 
 def _raised(exc) -> str:
@@ -173,39 +152,6 @@ def _q2_observe(ns, case):
     return {"type": "Dataset", "pipelines": pipes}
 
 
-def _q2_steps(case, pipes) -> list[list[list[float]]]:
-    """What each replica gets at each step: pipeline p's batches go to its replicas p*r ... p*r + r - 1 in turn
-    (r = replicas / pipelines), as ``distribute_datasets_from_function`` deals them; a pipeline that ends first
-    leaves its replicas empty."""
-    replicas, pipelines = case["replicas"], case["pipelines"]
-    r = replicas // pipelines
-    count = max([-(-len(p["batches"]) // r) for p in pipes] + [0])
-    steps = [[[] for _ in range(replicas)] for _ in range(count)]
-    for p, pipe in enumerate(pipes):
-        for j, batch in enumerate(pipe["batches"]):
-            steps[j // r][p * r + j % r] = batch["x"]
-    return steps
-
-
-def _q2_raised(case, seen):
-    reps, gbs = seen["replicas"], seen["gbs"]
-    hint = ""
-    if "divisible" in seen["raised"] or "multiple" in seen["raised"]:
-        hint = " " + tr("ctx.get_per_replica_batch_size(global_batch_size) refuses a global batch that is not a "
-                        "multiple of the replica count: no single per-replica size exists. Split each global "
-                        "batch yourself, {sizes} here.", sizes=_array_split(gbs, reps))
-    raise Fail(tr("with {pipelines} input pipeline(s), {reps} replicas and global batch {gbs}, your dataset_fn "
-                  "raised {raised}.{hint}", pipelines=seen["pipelines"], reps=reps, gbs=gbs, raised=seen["raised"],
-                  hint=hint))
-
-
-def _q2_uneven(setup, step, sizes, gbs, replicas):
-    raise Fail(tr("{setup}: step {step} holds the right examples, but split {sizes} over the replicas; split it as "
-                  "evenly as possible, as np.array_split does: {want} (the first {extra} replica(s) get one example "
-                  "more).", setup=setup, step=step, sizes=sizes, want=_array_split(gbs, replicas),
-                  extra=gbs % replicas))
-
-
 @item("q2", points=3, title="make_dataset_fn: each step gets one device's global batch, split over the replicas")
 class q2:
     def cases(rng):
@@ -223,131 +169,10 @@ class q2:
     def observe(ns, case):
         return ns.kernel(_q2_observe, case)
 
-    def judge(case, seen):
-        if "type" in seen and seen["type"] != "Dataset":
-            raise Fail(tr("dataset_fn(ctx) should return a tf.data.Dataset, got {kind}", kind=seen["type"]))
-        if "raised" in seen:
-            _q2_raised(case, seen)
-        if case.get("through_strategy"):
-            reps, gbs = seen["replicas"], seen["gbs"]
-            sizes = [len(p) for p in seen["parts"]]
-            setup = tr("through strategy.distribute_datasets_from_function with {reps} replicas and global batch "
-                       "{gbs}", reps=reps, gbs=gbs)
-            if sorted(v for p in seen["parts"] for v in p) != list(range(gbs)):
-                raise Fail(tr("{setup}, the first step should hold examples 0 to {last}, split {want}; the replicas "
-                              "got {sizes} examples", setup=setup, last=gbs - 1, want=_array_split(gbs, reps),
-                              sizes=sizes))
-            if sizes != _array_split(gbs, reps):
-                _q2_uneven(setup, 1, sizes, gbs, reps)
-            return
-        pipelines, replicas, gbs, n, offset = (case["pipelines"], case["replicas"], case["gbs"], case["n"],
-                                               case["offset"])
-        setup = tr("with {pipelines} input pipeline(s), {replicas} replicas, global batch {gbs} and {n} examples",
-                   pipelines=pipelines, replicas=replicas, gbs=gbs, n=n)
-        pipes = seen["pipelines"]
-        if any(pipe["endless"] for pipe in pipes):
-            raise Fail(tr("the dataset seems endless: do not .repeat() it, the training loop decides how long "
-                          "to run"))
-        for pipe in pipes:
-            for b in pipe["batches"]:
-                if len(b["x"]) != len(b["y"]) or any(abs(yv - 3.0 * xv) > 1e-3 * max(1.0, abs(xv))
-                                                     for xv, yv in zip(b["x"], b["y"])):
-                    raise Fail(tr("the x and y of a batch no longer belong together (y = 3x in this test); "
-                                  "shuffle, shard or split (x, y) pairs, not x and y separately"))
-        every = sorted(v for pipe in pipes for b in pipe["batches"] for v in b["x"])
-        want_all = [offset + i for i in range(n)]
-        full = (n // gbs) * gbs  # the examples of the full global batches
-        if every != want_all:
-            missing = sorted(set(want_all) - set(every))
-            if len(set(every)) == len(every) and set(every) < set(want_all) and min(missing) >= offset + full:
-                raise Fail(tr("{setup}: the last, partial step should hold the last {rest} examples; {dropped} of "
-                              "them were dropped. That is what batch(..., drop_remainder=True) does. Keep them "
-                              "(leave drop_remainder at False): every example must be seen exactly once.",
-                              setup=setup, rest=n - full, dropped=len(missing)))
-            raise Fail(tr("{setup}: the pipelines together should yield each example exactly once; they yielded "
-                          "{count} examples, {distinct} distinct. Each pipeline must yield only the parts of its "
-                          "own replicas (ctx.num_input_pipelines, ctx.input_pipeline_id).", setup=setup,
-                          count=len(every), distinct=len(set(every))))
-        steps = _q2_steps(case, pipes)
-        for s, parts in enumerate(steps):
-            first, last = s * gbs, min((s + 1) * gbs, n) - 1
-            held = sorted(v for part in parts for v in part)
-            sizes = [len(part) for part in parts]
-            if held != [offset + i for i in range(first, last + 1)]:
-                raise Fail(tr("{setup}: step {step} should hold examples {first} to {last} (the global batch one "
-                              "device would train on at that step), split over the replicas as {want}; the "
-                              "replicas got {sizes} examples, from {low} to {high}. The strategy gives pipeline p's "
-                              "batches to its replicas in turn, so each pipeline yields, per step, one batch per "
-                              "replica of its own.", setup=setup, step=s + 1, first=first, last=last,
-                              want=_array_split(last - first + 1, replicas), sizes=sizes,
-                              low=(min(held) - offset) if held else "-", high=(max(held) - offset) if held else "-"))
-            if last - first + 1 == gbs and sizes != _array_split(gbs, replicas):
-                _q2_uneven(setup, s + 1, sizes, gbs, replicas)
+    judge = judge_q2
 
 
 # --------------------------------------------------------------------------- q3
-
-
-def _sgd_linear(kernel, bias, batches, lr, momentum=0.0, velocity=None):
-    """Reference: SGD (Keras' momentum rule) on mean-over-outputs squared error, loss summed / batch size.
-
-    Returns (losses, kernel, bias, velocity). Plain Python, float64.
-    """
-    import numpy as np
-
-    w, b = np.array(kernel, float), np.array(bias, float)
-    vw, vb = velocity if velocity is not None else (np.zeros_like(w), np.zeros_like(b))
-    losses = []
-    for x, y in batches:
-        x, y = np.array(x, float), np.array(y, float)
-        pred = x @ w + b
-        losses.append(float(np.mean(np.mean((y - pred) ** 2, axis=1))))
-        d = -2.0 * (y - pred) / (y.shape[1] * x.shape[0])
-        gw, gb = x.T @ d, d.sum(axis=0)
-        vw, vb = momentum * vw - lr * gw, momentum * vb - lr * gb
-        w, b = w + vw, b + vb
-    return losses, w, b, (vw, vb)
-
-
-#: How each head's per-example errors are weighted, right and in the classic mistakes. ``n``/``labelled``: examples
-#: and labelled examples in the whole step; ``n_r``/``labelled_r``: on the example's own replica; R: replicas.
-_MAIN = {"right": "1 / n", "local": "1 / (n_r R)"}
-_AUX = {"right": "aux has / labelled", "examples": "aux has / n", "local": "aux has / (labelled_r R)",
-        "local_examples": "aux has / (n_r R)"}
-_L2 = {"right": 1, "per_replica": "R", "missing": 0}
-
-
-def _q3_reference(case, weights, rows, replicas, main="right", aux="right", l2="right"):
-    """One SGD step of the two-head model on ``rows`` of the case, with each head's errors weighted as named
-    (see ``_MAIN``, ``_AUX``, ``_L2``); a zero denominator gives 0, as tf.math.divide_no_nan and
-    tf.nn.compute_average_loss do. Returns (loss summed over the replicas, weights after). NumPy, float64."""
-    import numpy as np
-
-    x = np.array([case["x"][i] for i in rows], float)
-    targets = [np.array([case[key][i] for i in rows], float) for key in ("y_main", "y_aux")]
-    has = np.array([case["has_aux"][i] for i in rows], float)
-    n, sizes = len(rows), _split(len(rows), replicas)
-    replica = np.repeat(np.arange(replicas), sizes)
-    n_r = np.array(sizes, float)[replica]
-    labelled_r = np.array([has[replica == r].sum() for r in range(replicas)])[replica]
-
-    def ratio(num, den):
-        den = np.broadcast_to(np.asarray(den, float), np.shape(num))
-        return np.divide(num, den, out=np.zeros(np.shape(num)), where=den != 0)
-
-    coef = [{"right": ratio(np.ones(n), n), "local": ratio(np.ones(n), n_r * replicas)}[main],
-            {"right": ratio(case["aux"] * has, has.sum()), "examples": ratio(case["aux"] * has, n),
-             "local": ratio(case["aux"] * has, labelled_r * replicas),
-             "local_examples": ratio(case["aux"] * has, n_r * replicas)}[aux]]
-    factor = {"right": 1, "per_replica": replicas, "missing": 0}[l2]
-    loss, after = 0.0, []
-    for head, (c, y) in enumerate(zip(coef, targets)):
-        w, b = np.array(weights[2 * head], float), np.array(weights[2 * head + 1], float)
-        err = y - (x @ w + b)
-        loss += float(np.sum(c * np.mean(err ** 2, axis=1))) + factor * case["l2"] * float(np.sum(w ** 2))
-        d = -2.0 * err * c[:, None] / y.shape[1]
-        after += [w - case["lr"] * (x.T @ d + 2 * factor * case["l2"] * w), b - case["lr"] * d.sum(axis=0)]
-    return loss, after
 
 
 def _two_head_model(strategy, case):
@@ -394,41 +219,6 @@ def _q3_observe(ns, case):
     return {"replicas": n, "steps": steps}
 
 
-def _q3_hints(case, weights, rows, replicas, got) -> list[str]:
-    """Name the classic mistake(s) whose update the learner's weights match, head by head."""
-    import numpy as np
-
-    def close(a, b):
-        return all(np.allclose(np.array(x, float), y, rtol=1e-3, atol=1e-4, equal_nan=True) for x, y in zip(a, b))
-
-    for main in _MAIN:
-        for aux in _AUX:
-            for l2 in _L2:
-                _, want = _q3_reference(case, weights, rows, replicas, main, aux, l2)
-                if close(got, want):
-                    hints = []
-                    if main != "right":
-                        hints.append(tr("The main loss was divided per replica by its own share of the examples: on "
-                                        "an uneven split (or an empty replica) that weights examples unequally. "
-                                        "Divide by the number of examples in the whole step."))
-                    if aux == "examples":
-                        hints.append(tr("The auxiliary loss was averaged over all examples; average it over the "
-                                        "labelled ones only (has_aux == 1) in the whole step."))
-                    elif aux != "right":
-                        hints.append(tr("The auxiliary loss was averaged per replica; its divisor is the number of "
-                                        "labelled examples in the whole step, which no replica knows alone: sum it "
-                                        "over the replicas (tf.distribute.get_replica_context().all_reduce)."))
-                    if l2 == "per_replica":
-                        hints.append(tr("The regularisation loss was added on every replica, and the replicas' "
-                                        "gradients are summed: it counted {n} times. Scale it with "
-                                        "tf.nn.scale_regularization_loss.", n=replicas))
-                    elif l2 == "missing":
-                        hints.append(tr("The model's regularisation losses (model.losses) are missing from the "
-                                        "loss."))
-                    return hints
-    return []
-
-
 @item("q3", points=3, title="make_train_step: two heads, a partly labelled auxiliary loss and L2, as on one device")
 class q3:
     def cases(rng):
@@ -449,39 +239,7 @@ class q3:
     def observe(ns, case):
         return ns.kernel(_q3_observe, case)
 
-    def judge(case, seen):
-        import numpy as np
-
-        if "unreduced" in seen:
-            raise Fail(tr("step(batch) should return the loss as a scalar (reduce the per-replica losses with "
-                          "strategy.reduce), got {got}", got=seen["unreduced"]))
-        replicas, gbs, weights = seen["replicas"], case["gbs"], case["weights"]
-        for k, got in enumerate(seen["steps"]):
-            rows = list(range(k * gbs, (k + 1) * gbs))
-            want_loss, want = _q3_reference(case, weights, rows, replicas)
-            labelled = int(sum(case["has_aux"][i] for i in rows))
-            where = tr("{n} replicas, step {k}: a global batch of {size} (split {split}), {labelled} labelled for "
-                       "the auxiliary head", n=replicas, k=k + 1, size=len(rows), split=_split(len(rows), replicas),
-                       labelled=labelled)
-            diff = max(float(np.abs(np.array(a, float) - c).max()) for a, c in zip(got["weights"], want))
-            if not np.isfinite(got["loss"]) or not np.isfinite(diff):
-                raise Fail(tr("{where}: the loss or the weights became NaN. A replica that holds no labelled example "
-                              "(or no example at all) divided 0 by 0: the divisors are counts over the whole step, "
-                              "summed over the replicas.", where=where))
-            if np.isclose(got["loss"], want_loss / replicas, rtol=1e-3) and diff <= 1e-3:
-                raise Fail(tr("{where}: the loss should be {want:.6f}, got {got:.6f}, {n} times less: the replicas' "
-                              "losses are parts of the step's loss, so reduce them with SUM, not MEAN.", where=where,
-                              want=want_loss, got=got["loss"], n=replicas))
-            if not np.isclose(got["loss"], want_loss, rtol=1e-3, atol=1e-6) or diff > 1e-3:
-                hints = _q3_hints(case, weights, rows, replicas, got["weights"])
-                what = (tr("the loss is right but the weights after the update differ by up to {diff:.2g}",
-                           diff=diff) if np.isclose(got["loss"], want_loss, rtol=1e-3, atol=1e-6)
-                        else tr("the loss should be {want:.6f}, got {got:.6f}", want=want_loss, got=got["loss"]))
-                raise Fail(tr("{where}: {what}. {hints}", where=where, what=what, hints=" ".join(hints) or tr(
-                    "The step's loss is the main head's squared error averaged over every example of the step, plus "
-                    "aux_weight times the auxiliary head's averaged over the labelled examples of the step, plus "
-                    "the model's regularisation losses once; its gradient must be the gradient of that loss.")))
-            weights = want
+    judge = judge_q3
 
 
 # --------------------------------------------------------------------------- q4
@@ -530,39 +288,7 @@ class q4:
     def observe(ns, case):
         return ns.kernel(_q4_observe, case)
 
-    def judge(case, seen):
-        ports, index = case["ports"], case["index"]
-        call = f"make_tf_config({ports}, {index})"
-        if seen["changed_env"]:
-            raise Fail(tr("{call} changed os.environ['TF_CONFIG']: it should only return the string. Setting it in "
-                          "this notebook makes the kernel itself a cluster worker for every strategy created "
-                          "afterwards (the check has put it back).", call=call))
-        if case.get("bad"):
-            return expect_raised(seen["result"], call, "index out of range or repeated port")
-        result = seen["result"]
-        if "raised" in result:
-            raise Fail(tr("{call} raised {raised}: {message}", call=call, raised=result["raised"],
-                          message=result.get("message", "")))
-        text = result["value"]
-        if not isinstance(text, str):
-            raise Fail(tr("{call} should return a JSON string (environment variables are strings), got {got}",
-                          call=call, got=repr(text)))
-        try:
-            parsed = json.loads(text)
-        except ValueError as err:
-            raise Fail(tr("{call} is not valid JSON ({err}): {text}", call=call, err=err, text=text[:120]))
-        want_cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
-        if not isinstance(parsed, dict) or parsed.get("cluster") != want_cluster:
-            got = parsed.get("cluster") if isinstance(parsed, dict) else parsed
-            raise Fail(tr("for ports {ports} the cluster should be {want}, got {got}", ports=ports, want=want_cluster,
-                          got=got))
-        task = parsed.get("task")
-        if task != {"type": "worker", "index": index}:
-            raise Fail(tr("for index {index} the task should be {want} (index an int), got {task}", index=index,
-                          want=f"{{'type': 'worker', 'index': {index}}}", task=task))
-        read = seen.get("tf_read", {})
-        if read.get("cluster") != want_cluster or read.get("task") != ["worker", index]:
-            raise Fail(tr("TensorFlow's TFConfigClusterResolver read {read} from {text}", read=read, text=text[:120]))
+    judge = judge_q4
 
 
 # --------------------------------------------------------------------------- q5
@@ -711,31 +437,6 @@ def _first_run_simulated(ns, case, folder, note, preempted) -> dict:
     return {"first": first, "first_error": ""}
 
 
-def _progress_text(case, progress) -> str:
-    """How far q5's runs got when the item's time ran out, and what that suggests (busy machine or a loop)."""
-    import time
-
-    first, second, steps = progress.get("first", []), progress.get("second"), case["steps"]
-    if any(isinstance(k, int) and k > steps for k in (second or []) + first):
-        return tr("Your training went on past step {steps} (on_step saw step {k}): it does not stop. Train "
-                  "exactly until step `steps`, and do not .repeat() the dataset.", steps=steps,
-                  k=max(k for k in (second or []) + first if isinstance(k, int)))
-    where = tr("The first run had reached step {k} (the check stops it after step {crash}).",
-               k=first[-1] if first else 0, crash=case["crash_at"])
-    if second is not None:
-        where = tr("The restart had reached step {k} of {steps}.", k=second[-1] if second else "-", steps=steps)
-    if "at" not in progress:
-        return where + " " + tr("on_step was never called: look for an endless loop before the first step, or an "
-                                "iterator that never ends.")
-    idle = time.monotonic() - progress["at"]
-    if idle < 15:
-        return where + " " + tr("Your code was still making progress ({idle:.0f} s since the last on_step), so "
-                                "the machine is probably busy, or slow experiments ran before: run the check "
-                                "again.", idle=idle)
-    return where + " " + tr("Nothing happened for the last {idle:.0f} s (no on_step): look for an endless loop, or "
-                            "an iterator that never ends (e.g. a dataset with .repeat()).", idle=idle)
-
-
 #: What the restart's launch reads of the case (``_q5_launch`` with ``restart=True``, ``_fresh_run``).
 _RESTART_KEYS = ("steps", "save_every", "gbs", "lr", "momentum", "x", "y_restart", "fresh_kernel", "bias")
 
@@ -797,125 +498,8 @@ class q5:
                     "asked": progress["asked"], "second_steps": progress["second"], "losses": end["losses"],
                     "weights": end["weights"]}
         except ItemTimeout:  # say how far the runs got: a busy machine is not an endless loop
-            raise ItemTimeout(_progress_text(case, progress)) from None
+            raise ItemTimeout(progress_text(case, progress)) from None
         finally:
             shutil.rmtree(folder, ignore_errors=True)
 
-    def judge(case, seen):
-        import numpy as np
-
-        steps, every, notice, crash = case["steps"], case["save_every"], case["notice_at"], case["crash_at"]
-        gbs = case["gbs"]
-        batches = [(case["x"][k * gbs:(k + 1) * gbs], case["y"][k * gbs:(k + 1) * gbs]) for k in range(steps)]
-        where = tr("(steps={steps}, save_every={every}, preempted({notice}) True, killed after step {crash})",
-                   steps=steps, every=every, notice=notice, crash=crash)
-        if seen["first"] == "went on":
-            raise Fail(tr("the check killed the first run after step {crash}, yet its model and optimizer changed "
-                          "afterwards: a killed worker trains no further. Let what on_step raises propagate; after "
-                          "the restart only what was saved on disk is left.", crash=crash))
-        if seen["first"] == "missing":
-            raise Fail(tr("the grader runs your notebook's cells again in a fresh process, as a restarted worker "
-                          "runs its program again, and `train_resumable` was not defined there. Define it in a "
-                          "code cell that runs without errors from a fresh start."))
-        error = seen.get("first_error") or "-"
-        if seen["first"] == "raised":
-            raise Fail(tr("the first run should train until the check kills its process after step {crash}, but "
-                          "train_resumable raised {error}", crash=crash, error=error))
-        if seen["first"] == "died":
-            raise Fail(tr("the first run's process ended before the check killed it after step {crash} ({error})",
-                          crash=crash, error=error))
-        if seen["first"] != "killed" or seen["first_steps"] != list(range(1, crash + 1)):
-            raise Fail(tr("the first run should call on_step(k) after each step k = 1, 2, ... and let what on_step "
-                          "raises propagate; the check kills the run after step {crash}. on_step saw {saw} and the "
-                          "run {ended}.", crash=crash, saw=seen["first_steps"][:12],
-                          ended=tr("ended normally") if seen["first"] == "finished" else tr("was killed")))
-        folders = seen.get("first_folders") or []
-
-        def saved_at(k):  # the checkpoint folder changed between on_step(k - 1) and on_step(k)
-            return len(folders) >= k and folders[k - 1] != folders[k - 2]
-
-        for k in sorted(set(range(every, crash + 1, every)) | {notice}):  # due: its checkpoint is already on disk
-            if len(folders) > k and not saved_at(k) and saved_at(k + 1):
-                raise Fail(tr("when on_step({k}) was called, the checkpoint of step {k} was not on disk yet (the "
-                              "checkpoint folder had not changed since on_step({prev})). Save first, then call "
-                              "on_step(k): a worker killed right after on_step(k) would otherwise lose that "
-                              "checkpoint.", k=k, prev=k - 1))
-        want_steps = list(range(notice + 1, steps + 1))
-        got_steps = seen["second_steps"]
-        if got_steps != want_steps:
-            start = got_steps[0] - 1 if got_steps and isinstance(got_steps[0], int) else None
-            if start == (notice // every) * every and not saved_at(notice):
-                hint = tr("preempted({notice}) was True, but no checkpoint was written after step {notice}: the "
-                          "platform's notice is the last chance to save what the steps since step {start} "
-                          "learned.", notice=notice, start=start)
-                if notice not in seen.get("asked", []):
-                    hint += " " + tr("preempted(k) was never called for step {notice}: ask after every step.",
-                                     notice=notice)
-            elif start is not None and notice < start <= crash:
-                hint = tr("A checkpoint was written after step {start}, which was not due: save every save_every "
-                          "steps and after a step k for which preempted(k) is True, no more.", start=start)
-            elif start == 0:
-                hint = tr("Restore the latest checkpoint (model, optimizer, the step counter and the loss history) "
-                          "before training.")
-            else:
-                hint = tr("Restore the LATEST checkpoint, and keep the step counter in it.")
-            raise Fail(tr("after the restart {where} training should continue at step {step} (the latest "
-                          "checkpoint is the one written after step {notice}, on the platform's notice) and call "
-                          "on_step for steps {want}; it called it for {got}. {hint}", where=where, step=notice + 1,
-                          notice=notice, want=want_steps, got=got_steps[:12], hint=hint))
-        later = [(case["x"][k * gbs:(k + 1) * gbs], case["y_restart"][k * gbs:(k + 1) * gbs]) for k in range(steps)]
-        trained = batches[:notice] + later[notice:]  # the restart trains on its own data
-        ref_losses, w, b, _ = _sgd_linear(case["kernel"], case["bias"], trained, case["lr"], case["momentum"])
-        got_w = [np.array(a) for a in seen["weights"]]
-
-        def close(pair):
-            return max(float(np.abs(g - r).max()) for g, r in zip(got_w, pair)) <= 1e-3
-
-        if close((w, b)):
-            _q5_judge_losses(case, seen["losses"], ref_losses)
-            return
-        # Diagnose with the wrong answers the classic mistakes give.
-        _, w0, b0, vel = _sgd_linear(case["kernel"], case["bias"], batches[:notice], case["lr"], case["momentum"])
-        _, nw, nb, _ = _sgd_linear(w0, b0, later[notice:], case["lr"], case["momentum"])  # momentum lost
-        _, dw, db, _ = _sgd_linear(w0, b0, later[:steps - notice], case["lr"], case["momentum"], vel)  # no skip
-        if close((nw, nb)):
-            hint = tr("The optimizer's momentum was not restored: put the optimizer in the checkpoint "
-                      "(tf.train.Checkpoint(model=model, optimizer=optimizer, ...)).")
-        elif close((dw, db)):
-            hint = tr("After resuming at step {step} the run trained on the first batches again: skip the "
-                      "{resume} batches already trained on (dataset.skip(...)).", step=notice + 1, resume=notice)
-        else:
-            hint = tr("Checkpoint model, optimizer and step counter together, restore all three, and skip the "
-                      "batches already seen.")
-        raise Fail(tr("after the restart {where} the final weights differ from an uninterrupted run of {steps} "
-                      "steps (on the restart's own data after step {resume}) by up to {diff:.2g}. {hint}",
-                      where=where, steps=steps, resume=notice,
-                      diff=max(float(np.abs(g - r).max()) for g, r in zip(got_w, (w, b))), hint=hint))
-
-
-def _q5_judge_losses(case, got, want) -> None:
-    """The returned history: the loss of every step whose update the final weights hold (steps 1..notice_at from
-    the killed run, the rest from the restart), not the killed run's losses of the steps it trained in vain."""
-    import numpy as np
-
-    steps, notice, crash, gbs = case["steps"], case["notice_at"], case["crash_at"], case["gbs"]
-    numbers = isinstance(got, list) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in got)
-    if numbers and len(got) == steps and np.allclose(got, want, rtol=1e-3, atol=1e-6):
-        return
-    if numbers and len(got) == steps - notice and np.allclose(got, want[notice:], rtol=1e-3, atol=1e-6):
-        raise Fail(tr("the final weights are right, but train_resumable returned only the losses of the steps this "
-                      "call trained ({n} of them). Return the losses of all {steps} steps: the first {notice} were "
-                      "trained by the killed run, and only what it saved on disk survived, so keep them with the "
-                      "checkpoint.", n=len(got), steps=steps, notice=notice))
-    if numbers and len(got) == steps and np.allclose(got[:notice], want[:notice], rtol=1e-3, atol=1e-6):
-        batches = [(case["x"][k * gbs:(k + 1) * gbs], case["y"][k * gbs:(k + 1) * gbs]) for k in range(crash)]
-        _, w0, b0, vel = _sgd_linear(case["kernel"], case["bias"], batches[:notice], case["lr"], case["momentum"])
-        stale, *_ = _sgd_linear(w0, b0, batches[notice:], case["lr"], case["momentum"], vel)
-        if np.allclose(got[notice:crash], stale, rtol=1e-3, atol=1e-6):
-            raise Fail(tr("the final weights are right, but the losses you returned after step {notice}, up to step "
-                          "{crash}, are those of the killed run, whose updates were lost with it (the restart trained those "
-                          "steps again, from the checkpoint of step {notice}). Save the history together with the "
-                          "checkpoint, so that both describe the same steps.", crash=crash, notice=notice))
-    raise Fail(tr("the final weights are right, but train_resumable should return the losses of all {steps} steps "
-                  "(a list of floats, step 1 first), as the run that produced these weights computed them; got "
-                  "{got}", steps=steps, got=str(got)[:160]))
+    judge = judge_q5

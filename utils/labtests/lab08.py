@@ -3,35 +3,30 @@
 Each item is split in three (see :mod:`gpucourse.grading.items`): ``cases``
 draws fresh inputs on the grader's side (random traces, spans, timings,
 stage functions and profiler step tables), ``observe`` runs the learner's code
-and returns plain data, and ``judge`` computes every expected answer here from
-the case, with the private reference functions below (never with a course
+and returns plain data, and ``judge`` computes every expected answer from
+the case, with private reference functions (never with a course
 helper). The capstone (q4) runs the learner's pipeline in the kernel, but its
 simulated stages and accelerator are the check's callbacks
 (:mod:`gpucourse.grading.timeline`): each stage sleeps its cost, maps the
 element and stamps the observer's clock, and the accelerator runs its steps on a
 virtual timeline (each step exactly 20 ms), so neither the learner's code nor a
 busy CPU, which makes every sleep overshoot, can make a too-slow pipeline pass.
-Every message goes through ``tr`` (the zh_CN catalogue, ``grading/locale/zh_CN.po``).
+
+This file is what each item draws and runs, and the code the graded kernel gets (the ``@in_kernel``
+functions and what they use). Each item's verdict is in :mod:`gpucourse.labtests._lab08_judges`; the reference
+answers and the capstone's bar (shared with its observation here) are in
+:mod:`gpucourse.labtests._lab08_reference`: both run only on the grader's side (the kernel's copy of the course
+has no ``labtests``). Every message goes through ``tr`` (the zh_CN catalogue, ``grading/locale/zh_CN.po``).
 """
 
 from __future__ import annotations
 
-import math
-
-from gpucourse.grading.items import Fail, expect_raised, in_kernel, item, outcome, tr
-from gpucourse.grading.timeline import device_summary, lineage, observe_run
+from gpucourse.grading.items import in_kernel, item, outcome
+from gpucourse.grading.timeline import observe_run
+from gpucourse.labtests._lab08_judges import judge_q1, judge_q2, judge_q3, judge_q4, judge_q5
+from gpucourse.labtests._lab08_reference import GROUP, Q4_DEADLINE_S, STARTUP_FACTOR, UTILISATION_TARGET, q4_summary
 
 STEP_S, LOAD_S, AUGMENT_S, STEPS = 0.02, 0.005, 0.05, 24  # the capstone's numbers, as the lab states them
-
-#: The capstone's bar. Measured through the grader (2 cores at load 7, the steps on the observer's virtual
-#: timeline): the solution 0.94-1.0, two parallel calls of the 50 ms augment 0.78-0.80, prefetch alone 0.34.
-UTILISATION_TARGET = 0.90
-STARTUP_FACTOR = 5  # the first element may take this many times load + augment (a good pipeline: 1.2-1.7x)
-
-
-def _close(got, want, abs_tol=1e-9) -> bool:
-    return (isinstance(got, (int, float)) and not isinstance(got, bool)
-            and math.isclose(got, want, rel_tol=1e-6, abs_tol=abs_tol))
 
 
 # --------------------------------------------------------------------------- q1
@@ -77,31 +72,6 @@ def _random_trace(rng, first=None):
     return {"displayTimeUnit": "ns", "metadata": {"highres-ticks": True}, "traceEvents": events}
 
 
-def _split(trace, same_thread=True, inside=True, steps_named="train "):
-    """Reference: per step, its duration and the input and compute time on its thread inside it (ms).
-
-    The keyword arguments switch off one rule each, to recognise a classic mistake in a wrong answer.
-    """
-    events = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
-    steps = [e for e in events if e["name"].startswith(steps_named) and "step_num" in e.get("args", {})]
-    rows = []
-    for st in sorted(steps, key=lambda e: int(e["args"]["step_num"])):
-        start, end = st["ts"], st["ts"] + st["dur"]
-        mine = [e for e in events if e is not st and (not same_thread or (e["pid"], e["tid"]) == (st["pid"], st["tid"]))
-                and (e["ts"] >= start and e["ts"] + e["dur"] <= end if inside else e["ts"] < end and e["ts"] >= start)]
-        rows.append({"step": int(st["args"]["step_num"]), "step_ms": st["dur"] / 1e3,
-                     "input_ms": sum(e["dur"] for e in mine if e["name"] == "input") / 1e3,
-                     "compute_ms": sum(e["dur"] for e in mine if e["name"] == "compute") / 1e3})
-    return rows
-
-
-def _rows_match(got, want) -> bool:
-    return (isinstance(got, list) and len(got) == len(want)
-            and all(isinstance(g, dict) and g.get("step") == w["step"]
-                    and all(_close(g.get(k), w[k], 1e-6) for k in ("step_ms", "input_ms", "compute_ms"))
-                    for g, w in zip(got, want)))
-
-
 @item("q1", points=3, title="step_split reads input and compute time per step from a trace")
 class q1:
     def cases(rng):
@@ -116,63 +86,10 @@ class q1:
         got = ns.function("step_split")(given)
         return {"got": got, "type": type(got).__name__, "mutated": given != case["trace"]}
 
-    def judge(case, seen):
-        trace, got = case["trace"], seen["got"]
-        if seen["mutated"]:
-            raise Fail(tr("step_split must not modify the trace it is given"))
-        if seen["type"] != "list" or not all(isinstance(r, dict) for r in got):
-            raise Fail(tr("step_split should return a list of dicts, got {kind}: {got}", kind=seen["type"],
-                          got=repr(got))[:300])
-        want = _split(trace)
-        steps, want_steps = [r.get("step") for r in got], [r["step"] for r in want]
-        if steps != want_steps:
-            hint = ""
-            if sorted(steps, key=str) == steps and sorted(steps) == want_steps:
-                hint = tr(" Sort by the step number as a number: 9 comes before 10.")
-            elif len(steps) > len(want_steps) and set(want_steps) <= set(steps):
-                hint = tr(" Only the 'train <n>' steps count, not 'eval' ones.")
-            raise Fail(tr("for a trace with steps 'train {first}'..'train {last}' (plus an 'eval 0' step and ranges "
-                          "outside any step) expected steps {want} in order, got {got}.{hint}", first=want_steps[0],
-                          last=want_steps[-1], want=want_steps, got=steps, hint=hint))
-        if _rows_match(got, want):
-            return
-        for row, w in zip(got, want):
-            for key in ("step_ms", "input_ms", "compute_ms"):
-                value = row.get(key)
-                if _close(value, w[key], 1e-6):
-                    continue
-                hint = tr(" Count only ranges on the step's own thread (same pid and tid) that lie entirely inside "
-                          "the step.")
-                if _close(value, w[key] * 1e3, 1e-3):
-                    hint = tr(" The trace's ts and dur are in microseconds: divide by 1000 for milliseconds.")
-                elif _rows_match(got, _split(trace, same_thread=False)):
-                    hint = tr(" Your numbers include ranges of other threads: count only events with the step's "
-                              "own pid and tid.")
-                elif _rows_match(got, _split(trace, inside=False)):
-                    hint = tr(" Your numbers include a range that starts inside the step but ends after it: count "
-                              "only ranges that lie entirely inside the step.")
-                raise Fail(tr("step {step}: expected {key} = {want:.4f} ms, got {got}.{hint}", step=w["step"], key=key,
-                              want=w[key], got=repr(value), hint=hint))
+    judge = judge_q1
 
 
 # --------------------------------------------------------------------------- q2
-
-
-def _busy(spans, start, end, union=True, clip=True, ordered=True):
-    """Reference: busy time of ``spans`` inside [start, end]; overlaps count once (switches: classic mistakes;
-    ``ordered=False`` merges the spans in the order given, without sorting them first)."""
-    if clip:
-        spans = [(max(s, start), min(e, end)) for s, e in spans if min(e, end) > max(s, start)]
-    if not union:
-        return sum(e - s for s, e in spans)
-    total, cur = 0.0, None
-    for s, e in (sorted(spans) if ordered else spans):
-        if cur is None or s > cur[1]:
-            total += cur[1] - cur[0] if cur else 0.0
-            cur = [s, e]
-        else:
-            cur[1] = max(cur[1], e)
-    return total + (cur[1] - cur[0] if cur else 0.0)
 
 
 @item("q2", points=2, title="busy_fraction measures utilisation from busy spans")
@@ -197,42 +114,10 @@ class q2:
         fn = ns.function("busy_fraction")
         return outcome(lambda: fn([tuple(s) for s in case["spans"]], case["start"], case["end"]))
 
-    def judge(case, seen):
-        spans, start, end = case["spans"], case["start"], case["end"]
-        call = f"busy_fraction({[(round(s, 3), round(e, 3)) for s, e in spans]}, {start:.3f}, {end:.3f})"
-        if case.get("bad"):
-            return expect_raised(seen, f"busy_fraction([(0, 1)], {start}, {end})", "the window is empty")
-        if "raised" in seen:
-            raise Fail(tr("{call} raised {raised}: {message}, but the window is valid", call=call,
-                          raised=seen["raised"], message=seen["message"]))
-        window = end - start
-        want, got = _busy(spans, start, end) / window, seen["value"]
-        if _close(got, want):
-            return
-        hint = tr(" Overlapping spans count once, and only the part inside [start, end] counts.")
-        if _close(got, _busy(spans, start, end, union=False) / window):
-            hint = tr(" Overlapping spans count once: merge them (their union), do not add them up.")
-        elif _close(got, _busy(spans, start, end, clip=False) / window):
-            hint = tr(" Only the part of a span inside [start, end] counts: clip each span to the window.")
-        elif _close(got, _busy(spans, start, end, ordered=False) / window):
-            hint = tr(" The spans come in any order: sort them by their start before you merge them. A merge that "
-                      "walks them as given misses a span that starts before the one it is extending.")
-        raise Fail(tr("{call} should be {want:.4f}, got {got}.{hint}", call=call, want=want, got=repr(got), hint=hint))
+    judge = judge_q2
 
 
 # --------------------------------------------------------------------------- q3
-
-
-def _utilisation_bound(step, load, aug, k, prefetch, variant=""):
-    """Reference: best steady-state utilisation. ``variant`` names a classic mistake, to recognise it."""
-    if k is None:
-        if not prefetch:
-            return step / (step + load + aug)
-        pace = step / (load + aug)
-        return pace if variant == "no cap" else min(1.0, pace)
-    slowest = load + aug if variant == "sum" else max(load, aug)
-    pace = step * k / slowest
-    return pace if variant == "no cap" else min(1.0, pace)
 
 
 @item("q3", points=2, title="utilisation_bound predicts the best utilisation of a pipeline")
@@ -255,42 +140,10 @@ class q3:
         return outcome(lambda: fn(case["step"], case["load"], case["aug"], parallel_calls=case["k"],
                                   prefetch=case["prefetch"]))
 
-    def judge(case, seen):
-        if case.get("bad"):
-            return expect_raised(seen, "utilisation_bound(..., parallel_calls=0)", "parallel_calls must be >= 1")
-        step, load, aug, k, prefetch = case["step"], case["load"], case["aug"], case["k"], case["prefetch"]
-        call = (f"utilisation_bound(step_s={step:.4f}, load_s={load:.4f}, augment_s={aug:.4f}, "
-                f"parallel_calls={k}, prefetch={prefetch})")
-        if "raised" in seen:
-            raise Fail(tr("{call} raised {raised}: {message}, but the inputs are valid", call=call,
-                          raised=seen["raised"], message=seen["message"]))
-        got, want = seen["value"], _utilisation_bound(step, load, aug, k, prefetch)
-        if _close(got, want):
-            return
-        hint = ""
-        if isinstance(got, (int, float)) and got > 1:
-            hint = tr(" Utilisation cannot exceed 1: once the input keeps up, the device is busy all the time.")
-        elif k is None and prefetch and _close(got, _utilisation_bound(step, load, aug, None, False)):
-            hint = tr(" That is the bound without prefetch: prefetch=True runs the whole pipeline in the background, "
-                      "so input and compute overlap and the slower side sets the pace, min(1, step / (load + "
-                      "augment)).")
-        elif k is None and not prefetch and _close(got, _utilisation_bound(step, load, aug, None, True)):
-            hint = tr(" That is the bound with prefetch: with prefetch=False and no parallel calls the maps run in "
-                      "the training loop's thread, so input and compute take turns, step / (step + load + "
-                      "augment).")
-        elif k is not None and _close(got, _utilisation_bound(step, load, aug, k, prefetch, "sum")):
-            hint = tr(" With parallel maps each stage runs in its own threads, so the slowest stage sets the pace "
-                      "(max of load and augment), not their sum.")
-        elif k is not None and _close(got, _utilisation_bound(step, load, aug, None, prefetch)):
-            hint = tr(" parallel_calls=k (even k=1) runs each map in its own threads: use the parallel formula.")
-        raise Fail(tr("{call} should be {want:.4f}, got {got}.{hint}", call=call, want=want, got=repr(got), hint=hint))
+    judge = judge_q3
 
 
 # --------------------------------------------------------------------------- q4
-
-#: A run stops here (a sequential pipeline needs 24 x 55 ms = 1.3 s, the solution about 0.6 s): only a pipeline
-#: that is far too slow ever reaches it, and it then fails in seconds instead of running out the item's time.
-Q4_DEADLINE_S = 5.0
 
 
 @in_kernel
@@ -324,12 +177,6 @@ def _q4_run(ns, case):
     return seen["type"], run
 
 
-def _q4_summary(run, case) -> tuple[float, float]:
-    got = device_summary(run)
-    startup = math.inf if got["startup"] is None or run["stopped"] is not None else got["startup"]
-    return startup, got["utilisation"]
-
-
 @item("q4", points=5, title="fast_pipeline keeps the simulated accelerator busy >= 90% of the time")
 class q4:
     def cases(rng):
@@ -344,7 +191,7 @@ class q4:
             if kind != "Dataset":
                 return {"type": kind}
             runs.append(run)
-            startup, util = _q4_summary(run, case)
+            startup, util = q4_summary(run, case)
             limit = STARTUP_FACTOR * (case["load_s"] + case["augment_s"])
             # Passed, or so far off that no noise explains it (one run of a sequential pipeline: 30%; the
             # solution's worst first run, measured through the grader at load 7 on 2 cores: 57%).
@@ -352,64 +199,12 @@ class q4:
                 break
         return {"type": "Dataset", "runs": runs}
 
-    def judge(case, seen):
-        if seen["type"] != "Dataset":
-            raise Fail(tr("fast_pipeline should return a tf.data.Dataset, got {kind}", kind=seen["type"]))
-        a, b, c, values = case["a"], case["b"], case["c"], case["values"]
-        n, step, load, aug = len(values), case["step_s"], case["load_s"], case["augment_s"]
-        want = sorted(c * (a * v + b) for v in values)
-        startup_limit = STARTUP_FACTOR * (load + aug)
-        best = None
-        for run in seen["runs"]:
-            built = run["marks"].get("built", math.inf)
-            early = {name: sum(r[0] == name and r[3] < built for r in run["stages"]) for name in ("load", "augment")}
-            if any(early.values()):
-                raise Fail(tr("fast_pipeline ran load {load} and augment {augment} times before returning: build the "
-                              "pipeline only, the work must happen while the accelerator trains",
-                              load=early["load"], augment=early["augment"]))
-            got = [v for element, *_ in run["steps"] for v in (element if isinstance(element, list) else [element])]
-            if run["stopped"] is None and (len(got) != n or not all(isinstance(v, int) for v in got)
-                                           or sorted(got) != want):
-                raise Fail(tr("with a source of {n} random ints, load(v) = {a}*v + {b} and augment(v) = {c}*v, "
-                              "expected {n} elements augment(load(v)) (e.g. {want}), got {count}: {got}...", n=n, a=a,
-                              b=b, c=c, want=want[:3], count=len(got), got=got[:3]))
-            miss = lineage(run, ["load", "augment"])["missing"]
-            if miss is not None and miss["late"]:
-                raise Fail(tr("the element {value} reached the accelerator before its {stage} had finished: "
-                              "every element must be loaded, then augmented, then trained on",
-                              value=miss["value"], stage=miss["stage"]))
-            if miss is not None:
-                raise Fail(tr("every element must go through load and augment: {value} reached the accelerator "
-                              "without passing through {stage}", value=miss["value"], stage=miss["stage"]))
-            startup, util = _q4_summary(run, case)
-            key = (startup <= startup_limit, util)
-            if best is None or key > best[0]:
-                best = (key, startup, util, run)
-        (_, startup, util, run) = best
-        if run["stopped"] is not None:
-            raise Fail(tr("your pipeline delivered only {k} of {n} elements in {seconds:g} s, when the check stopped "
-                          "it: it is far too slow (the accelerator needs one element every {step:.0f} ms)",
-                          k=len(run["steps"]), n=n, seconds=Q4_DEADLINE_S, step=step * 1e3))
-        if startup > startup_limit:
-            raise Fail(tr("the first element took {startup:.0f} ms to arrive, but one element needs only load + "
-                          "augment = {need:.0f} ms (allowed: {limit:.0f} ms). Holding elements back (for example batch "
-                          "then unbatch) only hides a slow pipeline from the steady-state measure; make the stages "
-                          "themselves keep up.", startup=startup * 1e3, need=(load + aug) * 1e3,
-                          limit=startup_limit * 1e3))
-        if util < UTILISATION_TARGET:
-            seq, pre = step / (step + load + aug), min(1.0, step / (load + aug))
-            raise Fail(tr("measured steady-state utilisation {util:.0%} over {n} steps of {step:.0f} ms (load "
-                          "{load:.0f} ms, augment {aug:.0f} ms per element); needs >= {target:.0%}. Bounds: sequential "
-                          "maps {seq:.0%}, prefetch alone {pre:.0%}; the slowest stage must keep up.", util=util, n=n,
-                          step=step * 1e3, load=load * 1e3, aug=aug * 1e3, target=UTILISATION_TARGET, seq=seq, pre=pre))
+    judge = judge_q4
 
 
 # --------------------------------------------------------------------------- q5
 
-#: The profiler's step-table columns (input-pipeline analyzer) and the group the lab puts each in.
-_GROUP = {"infeedTimeMs": "input", "deviceComputeTimeMs": "device", "deviceToDeviceTimeMs": "device",
-          "deviceCollectivesTimeMs": "device", "outfeedTimeMs": "device", "kernelLaunchTimeMs": "host",
-          "hostComputeTimeMs": "host", "compileTimeMs": "host", "otherTimeMs": "host"}
+#: The labels of the profiler's step-table columns (input-pipeline analyzer), as it writes them.
 _LABELS = {"stepnum": "Step number", "deviceComputeTimeMs": "Device compute", "deviceToDeviceTimeMs": "Device to device",
            "deviceCollectivesTimeMs": "Device collective communication", "hostComputeTimeMs": "Host compute",
            "kernelLaunchTimeMs": "Kernel launch", "infeedTimeMs": "Input", "outfeedTimeMs": "Output",
@@ -417,7 +212,7 @@ _LABELS = {"stepnum": "Step number", "deviceComputeTimeMs": "Device compute", "d
 
 
 def _step(name, step, **ms):
-    row = dict.fromkeys(_GROUP, 0.0)
+    row = dict.fromkeys(GROUP, 0.0)
     row.update(ms)
     row.update({"stepnum": name, "stepTimeMs": step})
     return row
@@ -438,7 +233,7 @@ def _random_step(rng, name, kind):
         shares.update({"host": big, "device": rest - big} if kind == "host-bound" else {"device": big, "host": rest - big})
     ms = {}
     for group, share in shares.items():
-        keys = [k for k, g in _GROUP.items() if g == group]
+        keys = [k for k, g in GROUP.items() if g == group]
         cuts = sorted(rng.uniform(0, 1) for _ in range(len(keys) - 1))
         parts = [b - a for a, b in zip([0.0, *cuts], [*cuts, 1.0])]
         for key, part in zip(keys, parts):
@@ -464,60 +259,6 @@ def _trap_steps(rng, names):
     return traps
 
 
-def _verdict(rows, strict=False, groups=None, tie="host", denominator="step"):
-    """Reference verdict on rows (summed); the keyword arguments switch on one classic mistake each."""
-    groups = groups or _GROUP
-    total, by = 0.0, {"input": 0.0, "host": 0.0, "device": 0.0, None: 0.0}
-    for row in rows:
-        total += row["stepTimeMs"] if denominator == "step" else sum(row[k] for k in _GROUP if groups.get(k))
-        for key in _GROUP:
-            by[groups.get(key)] += row[key]
-    share = {g: by[g] / total for g in ("input", "host", "device")}
-    if share["input"] > 0.2 if strict else share["input"] >= 0.2:
-        return "input-bound"
-    if share["device"] > share["host"] or (tie == "device" and share["device"] == share["host"]):
-        return "device-bound"
-    return "host-bound"
-
-
-def _answer(rows, overall="sum", **mistake):
-    """Reference answer {"steps": {stepnum: verdict}, "overall": verdict}; ``overall`` and ``mistake`` name a
-    classic mistake to recognise it."""
-    steps = {r["stepnum"]: _verdict([r], **mistake) for r in rows}
-    if overall == "majority":
-        kinds = list(steps.values())
-        whole = max(sorted(set(kinds)), key=kinds.count)
-    elif overall == "mean":
-        mean = {k: sum(r[k] / r["stepTimeMs"] for r in rows) / len(rows) for k in _GROUP}
-        whole = _verdict([{**mean, "stepTimeMs": 1.0}], **mistake)
-    else:
-        whole = _verdict(rows, **mistake)
-    return {"steps": steps, "overall": whole}
-
-
-def _mistakes():
-    """Classic mistakes, each with a hint (with its leading space): the reference with one rule broken."""
-    launch_on_device = {**_GROUP, "kernelLaunchTimeMs": "device"}
-    output = tr(" Output (outfeedTimeMs) is device time: the device copying results back.")
-    overall = tr(" The overall verdict is neither a vote of the steps nor an average of their shares: add up each "
-                 "category over all steps (and the step times), then apply the rule once.")
-    return [
-        ({"strict": True}, tr(" A step whose input is exactly 20% of the step time is input-bound: use >= 0.2.")),
-        ({"groups": launch_on_device}, tr(" Kernel launch (kernelLaunchTimeMs) is host time: the host launching the "
-                                          "device's kernels.")),
-        ({"groups": {**_GROUP, "otherTimeMs": None}}, tr(" All others (otherTimeMs) is host time (mostly Python "
-                                                         "overhead): count it in the host group.")),
-        ({"groups": {**_GROUP, "outfeedTimeMs": None}}, output),
-        ({"groups": {**_GROUP, "outfeedTimeMs": "host"}}, output),
-        ({"tie": "device"}, tr(" A step is device-bound only when the device's share is larger than the host's: a "
-                               "tie is host-bound.")),
-        ({"denominator": "categories"}, tr(" Shares are of the step time (stepTimeMs), not of the sum of the "
-                                           "categories: some time may be in no category.")),
-        ({"overall": "majority"}, overall),
-        ({"overall": "mean"}, overall),
-    ]
-
-
 def _table(rows, rng):
     """The rows as the profiler's step table (a DataTable: cols, rows of cells, properties), columns shuffled."""
     cols = list(_LABELS)
@@ -527,16 +268,6 @@ def _table(rows, rng):
                      | ({"p": {"role": "tooltip"}} if c == "tooltip" else {}) for c in cols],
             "p": {"hardware_type": "GPU", "step_time_graph_column_ids": ",".join(list(_LABELS)[:-1])},
             "rows": [{"c": [{"v": tip(r) if c == "tooltip" else r[c]} for c in cols]} for r in rows]}
-
-
-def _by_id() -> str:
-    return tr("Find each column by its id in table['cols'] (their order is not fixed), and read each row's cells "
-              "in that order; stepnum and tooltip hold text.")
-
-
-def _rows(table):
-    ids = [c["id"] for c in table["cols"]]
-    return [dict(zip(ids, (c["v"] for c in row["c"]))) for row in table["rows"]]
 
 
 @item("q5", points=2, title="step_verdicts says input-, host- or device-bound from the profiler's step table")
@@ -570,35 +301,4 @@ class q5:
         fn = ns.function("step_verdicts")
         return outcome(lambda: fn(copy.deepcopy(case["table"])))
 
-    def judge(case, seen):
-        table = case["table"]
-        if case.get("bad"):
-            return expect_raised(seen, tr("step_verdicts(a table with no rows)"), "there are no steps to judge")
-        if "raised" in seen:
-            raise Fail(tr("step_verdicts raised {raised}: {message}, but the table has {n} steps. {by_id}",
-                          raised=seen["raised"], message=seen["message"], n=len(table["rows"]), by_id=_by_id()))
-        got, rows = seen["value"], _rows(table)
-        want = _answer(rows)
-        if not (isinstance(got, dict) and isinstance(got.get("steps"), dict) and isinstance(got.get("overall"), str)):
-            raise Fail(tr("step_verdicts should return {{'steps': {{stepnum: verdict, ...}}, 'overall': verdict}}, "
-                          "got {got}", got=repr(got))[:300])
-        if got == want:
-            return
-        if set(got["steps"]) != set(want["steps"]):
-            raise Fail(tr("expected one verdict per step, keyed by the stepnum column ({want}), got keys {got}. "
-                          "{by_id}", want=sorted(want["steps"]), got=sorted(map(str, got["steps"])), by_id=_by_id()))
-        hint = ""
-        for mistake, text in _mistakes():
-            overall = mistake.pop("overall", "sum")
-            if got == _answer(rows, overall, **mistake):
-                hint = text
-                break
-        bad = [k for k in want["steps"] if got["steps"][k] != want["steps"][k]]
-        if bad:
-            r = next(r for r in rows if r["stepnum"] == bad[0])
-            split = {g: sum(r[k] for k in _GROUP if _GROUP[k] == g) for g in ("input", "host", "device")}
-            raise Fail(tr("step {name} ({ms:g} ms: input {input:g}, host {host:g}, device {device:g} ms) should be "
-                          "{want}, got {got}.{hint}", name=repr(bad[0]), ms=r["stepTimeMs"], **split,
-                          want=repr(want["steps"][bad[0]]), got=repr(got["steps"][bad[0]]), hint=hint))
-        raise Fail(tr("every step is right, but for all {n} steps together expected {want}, got {got}.{hint}",
-                      n=len(rows), want=repr(want["overall"]), got=repr(got["overall"]), hint=hint))
+    judge = judge_q5

@@ -294,9 +294,17 @@ def _merge(entries: list[Entry], wanted: list[tuple[str | None, str, str]], head
 
 #: The message catalogue of what check() and the grader print (``gpucourse.grading.items.tr`` reads it).
 CATALOGUE = Path(__file__).resolve().parents[1] / "grading" / "locale" / "zh_CN.po"
+
+
+def _lab_message_sources() -> tuple[str, ...]:
+    """Every module of ``labtests/``, read from the folder: each lab's items (``labNN.py``), then its grader-side
+    modules (``_labNN_*.py``: the judges and their messages, the reference answers)."""
+    files = [p.name for p in (Path(__file__).resolve().parents[1] / "labtests").glob("*.py") if p.name != "__init__.py"]
+    return tuple(f"labtests/{name}" for name in sorted(files, key=lambda n: (n.lstrip("_")[:5], n.startswith("_"), n)))
+
+
 #: The code whose messages are translated: the checker, and every lab's item feedback.
-MESSAGE_SOURCES = ("grading/items.py", "grading/checker.py", "grading/grader/observer.py",
-                   *(f"labtests/lab{n:02d}.py" for n in range(1, 10)))
+MESSAGE_SOURCES = ("grading/items.py", "grading/checker.py", "grading/grader/observer.py", *_lab_message_sources())
 
 
 _FIELDS = re.compile(r"(?<!\{)\{(\w*)[^{}]*\}")

@@ -140,3 +140,59 @@ class q1:
     assert judge.needs_tensorflow(judged)
     assert judge.needs_tensorflow("import keras\n")
     assert not judge.needs_tensorflow("def broken(:")
+
+
+def test_the_kernel_gets_no_import_of_the_lab_tests_package():
+    """A lab may keep its judges and reference answers in ``gpucourse.labtests._labNN_*`` and import them at its
+    top; the graded kernel's course copy has no ``labtests``, so those imports are left out of what it loads, in
+    every form, and everything else stays (the kernel's functions still find what they use)."""
+    from gpucourse.grading.items import lab_ids, load_test_source
+
+    text = '''import json
+from gpucourse.grading.items import in_kernel, item
+from gpucourse.labtests._lab03_reference import need
+from gpucourse.labtests import _lab03_judges as judges
+import gpucourse.labtests._lab04_reference
+import gpucourse.labtests._lab04_reference as ref04
+import math
+
+@in_kernel
+def _observe(ns, x):
+    return json.dumps(math.floor(x))
+
+@item("q1", points=1)
+class q1:
+    def cases(rng):
+        return [{"n": need({"per": 1, "quad": 0, "hidden": 0, "fixed": 0}, 3)}]
+    def observe(ns, case):
+        return ns.kernel(_observe, case["n"])
+    judge = judges.judge_q3
+'''
+    kept = judge.kernel_source(text)
+    assert "labtests" not in kept and kept.count("\n") == text.count("\n")
+    assert "import json" in kept and "from gpucourse.grading.items import in_kernel, item" in kept
+    assert load_test_source(kept, "k.py")._observe(None, 2.7) == "2"
+    mixed = "import math, gpucourse.labtests._lab04_reference\n"  # kept whole: the kernel needs math
+    assert judge.kernel_source(mixed) == mixed
+    for lab in lab_ids():
+        full = lab_test_path(lab).read_text()
+        assert "labtests" not in "\n".join(line for line in judge.kernel_source(full).splitlines()
+                                           if line.startswith(("import ", "from "))), f"lab {lab}"
+
+
+def test_needs_tensorflow_follows_a_labs_grader_side_modules():
+    """Lab 05's q2 judge compares with a real Keras LossScaleOptimizer, from its reference module: the grader warms
+    TensorFlow up for it although lab05.py's own judges are assignments, not functions that import Keras."""
+    judged = '''
+from gpucourse.labtests._lab05_reference import real_optimizer_trace
+
+class q2:
+    def cases(rng):
+        return [1]
+    def observe(ns, case):
+        return 1
+    judge = staticmethod(lambda case, seen: real_optimizer_trace([True], 1.0, 1))
+'''
+    assert judge.needs_tensorflow(judged)
+    assert not judge.needs_tensorflow(judged.replace("_lab05_reference import real_optimizer_trace",
+                                                     "_lab04_reference import array_split"))

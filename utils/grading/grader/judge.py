@@ -12,7 +12,9 @@ Everything here runs in the grader's own process, out of the submission's reach:
   (or what it calls) imports it;
 * :func:`kernel_source` is the part of a test file the kernel needs: its ``@in_kernel`` functions and
   what they use. Items (``cases``, ``observe``, ``judge``) and every helper only they use are left out,
-  so a test's reference code never enters the submission's kernel.
+  so a test's reference code never enters the submission's kernel; so are its imports of the grader-side
+  modules of ``gpucourse.labtests`` (a lab's judges and reference answers), which the kernel's course copy
+  does not have.
 """
 
 from __future__ import annotations
@@ -131,14 +133,43 @@ def _imports_tf(node) -> bool:
     return False
 
 
+def _labtests_modules(tree) -> list[str]:
+    """The ``gpucourse.labtests`` modules a test file imports at its top (a lab's grader-side parts)."""
+    names = []
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and _is_labtests(node.module or ""):
+            names += [node.module] if node.module != _LABTESTS else [f"{_LABTESTS}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            names += [a.name for a in node.names if _is_labtests(a.name)]
+    return names
+
+
+def _module_imports_tf(name: str) -> bool:
+    """True if the course module ``name`` imports TensorFlow or Keras anywhere in its source."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(name)
+        text = open(spec.origin, encoding="utf-8").read() if spec and spec.origin else ""
+        return any(_imports_tf(n) for n in ast.walk(parse_python(text)) if isinstance(n, (ast.Import, ast.ImportFrom)))
+    except (ImportError, OSError, SyntaxError, SystemError, ValueError):
+        return False
+
+
 @functools.lru_cache(maxsize=64)
 def needs_tensorflow(text: str) -> bool:
-    """True if the test file's ``cases``/``observe``/``judge`` (or module code they call) import TensorFlow or Keras."""
+    """True if the test file's ``cases``/``observe``/``judge`` (or module code they call) import TensorFlow or Keras.
+
+    A lab's grader-side module that the file imports from ``gpucourse.labtests`` (its judges, its reference
+    answers) counts as a whole: if it imports TensorFlow or Keras anywhere, a judge may need it.
+    """
     try:
         tree = parse_python(text)
     except (SyntaxError, SystemError):  # SystemError: see parse_python
         return False
     if any(_imports_tf(n) for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))):
+        return True
+    if any(_module_imports_tf(name) for name in _labtests_modules(tree)):
         return True
     funcs = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
     todo = []
@@ -180,14 +211,31 @@ def _is_kernel_function(node) -> bool:
         getattr(d, "id", getattr(d, "attr", "")) == "in_kernel" for d in node.decorator_list)
 
 
+#: The package of the lab tests: the graded kernel's course copy has none of it (``course_copy.EXCLUDED``).
+_LABTESTS = "gpucourse.labtests"
+
+
+def _is_labtests(module: str) -> bool:
+    return module == _LABTESTS or module.startswith(_LABTESTS + ".")
+
+
+def _imports_labtests(node) -> bool:
+    """True for a top-level import of ``gpucourse.labtests`` or modules of it only (grader-side code). A statement
+    that imports other modules too is kept whole: the kernel needs those."""
+    if isinstance(node, ast.ImportFrom):
+        return node.level == 0 and _is_labtests(node.module or "")
+    return isinstance(node, ast.Import) and all(_is_labtests(a.name) for a in node.names)
+
+
 @functools.lru_cache(maxsize=64)
 def kernel_source(text: str) -> str:
     """``text`` with only what the kernel runs, every kept line at its old line number.
 
     Kept: imports, the module's other statements that are not definitions (constants), the functions
     marked ``@in_kernel`` and every module-level function, class or constant they use. Everything else
-    (the items, the judges' helpers) becomes blank lines. A file that does not parse is returned as it is
-    (the kernel reports the error when it loads it).
+    (the items, the judges' helpers, imports of ``gpucourse.labtests``, which the kernel's copy of the course
+    does not have) becomes blank lines. A file that does not parse is returned as it is (the kernel reports
+    the error when it loads it).
     """
     try:
         tree = parse_python(text)
@@ -206,6 +254,8 @@ def kernel_source(text: str) -> str:
     def is_root(n) -> bool:
         if _is_kernel_function(n):
             return True
+        if _imports_labtests(n):  # the lab's judges and reference answers: grader-side, never the kernel's
+            return False
         if isinstance(n, (ast.Assign, ast.AnnAssign)):  # a constant a kernel function may use is reached below
             return False
         return not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
