@@ -45,3 +45,26 @@ def test_every_default_item_has_wrong_answers_with_golden_verdicts(tmp_path):
     assert load_check.golden({"status": "fail", "message": "1.5x the bound; is there a prefetch?"}, fixture)
     assert not load_check.golden({"status": "fail", "message": "1.5x the bound"}, fixture)
     assert not load_check.golden({"status": "error", "message": "bound prefetch"}, fixture)
+
+
+def _run(first_start, steps, step_s=0.1, stopped=None):
+    """Records of one run: a stage starting at ``first_start``, then ``steps`` (start, end) of the device."""
+    return {"stages": [["load", 1, None, first_start, first_start + 0.01]], "marks": {}, "stopped": stopped,
+            "steps": [[i, None, s, e] for i, (s, e) in enumerate(steps)]}
+
+
+@pytest.mark.parametrize("lab, key, case", [
+    ("07", "q3", {"read_s": 0.2, "decode_s": 0.3, "step_s": 0.1}),
+    ("08", "q4", {"load_s": 0.05, "augment_s": 0.05, "step_s": 0.1}),
+])
+def test_the_margin_is_the_best_runs_beside_the_items_limits(lab, key, case):
+    """As the judge picks: a run whose first element came in time beats a busier one that came late."""
+    busy = _run(0.0, [(0.2, 0.3), (0.3, 0.4), (0.4, 0.5)])  # first at 200 ms, then busy all the time
+    late = _run(0.0, [(9.0, 9.1), (9.1, 9.2), (9.2, 9.3)])  # first element far too late, then as busy
+    idle = _run(0.0, [(0.2, 0.3), (0.5, 0.6), (0.8, 0.9)])  # on time, busy 1/3 after the first step
+    got = load_check.margin(lab, key, case, {"runs": [late, idle, busy]})
+    assert got["value"] == pytest.approx(1.0) and "util 100.0%" in got["text"] and "first 200 ms" in got["text"]
+    got = load_check.margin(lab, key, case, {"runs": [late, idle]})
+    assert got["value"] == pytest.approx(1 / 3) and "first 200 ms" in got["text"]
+    with pytest.raises(ValueError, match="no run"):
+        load_check.margin(lab, key, case, {"runs": []})
