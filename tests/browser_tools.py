@@ -169,6 +169,7 @@ PROGRESS_JS = """(root, [kept, total]) => {
 def goto_folder(page, folder: str) -> None:
     """Show ``folder`` (relative to the server's root) in JupyterLab's file browser as a learner would: the
     home breadcrumb, then a double click on each folder on the way."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
     here = "/".join(t.strip() for t in page.locator(".jp-FileBrowser .jp-BreadCrumbs-item").all_inner_texts()
                     if t.strip() and t.strip() != "/")
     if here == folder:
@@ -176,9 +177,20 @@ def goto_folder(page, folder: str) -> None:
     page.locator(".jp-FileBrowser .jp-BreadCrumbs-home").first.click()
     for part in [p for p in folder.split("/") if p]:
         item = page.locator(".jp-DirListing-item", has=page.locator(".jp-DirListing-itemName", has_text=part))
-        item.first.wait_for(timeout=60_000)
-        item.first.dblclick()
-        page.locator(".jp-FileBrowser .jp-BreadCrumbs-item", has_text=part).first.wait_for(timeout=60_000)
+        crumb = page.locator(".jp-FileBrowser .jp-BreadCrumbs-item", has_text=part).first
+        for attempt in range(4):  # a busy page re-renders its listing: the item may detach mid-click
+            item.first.wait_for(timeout=60_000)
+            try:
+                item.first.dblclick(timeout=30_000)
+            except PlaywrightTimeoutError:
+                if attempt == 3:
+                    raise
+            try:
+                crumb.wait_for(timeout=30_000 if attempt < 3 else 60_000)
+                break
+            except PlaywrightTimeoutError:
+                if attempt == 3:
+                    raise
 
 
 def open_document(page, path: str, tabs: dict):
