@@ -224,3 +224,55 @@ def test_q5_the_restart_gets_no_data_of_the_first_run():
     (fn, args), = [c for c in calls if c[0] is lab04._q5_launch]
     assert args[-1] is True and set(args[0]) == set(lab04._RESTART_KEYS)
     assert not {"kernel", "y", "crash_at", "notice_at"} & set(args[0])
+
+
+def _lab_stub():
+    """The lab notebook's own train_resumable, as an untouched lab defines it."""
+    import nbformat
+
+    from tests.conftest import ROOT
+
+    cell = next(c.source for c in nbformat.read(ROOT / "labs" / "04_distribution.ipynb", as_version=4).cells
+                if c.cell_type == "code" and "def train_resumable" in c.source)
+    scope: dict = {}
+    exec(cell[cell.index("def train_resumable"):], scope)
+    return scope["train_resumable"]
+
+
+def _written(source: str):
+    scope: dict = {}
+    exec(source, scope)
+    return scope["train_resumable"]
+
+
+class StubNS:
+    def __init__(self, fn):
+        self.fn, self.fresh = fn, FakeFresh({})
+        self.fresh_process = self.fresh
+
+    def function(self, name):
+        return self.fn
+
+    def kernel(self, fn, *args):
+        return fn(self, *args)
+
+
+@pytest.mark.parametrize("fn, refused", [
+    (_lab_stub(), True),
+    (_written("def train_resumable(*a):\n    '''doc'''\n    raise NotImplementedError\n"), True),
+    (_written("def train_resumable(*a):\n    print('start')\n    raise NotImplementedError('TODO')\n"), False),
+    (_written("def train_resumable(*a):\n    raise ValueError('TODO')\n"), False),
+    (_written("def train_resumable(*a):\n    return [a[0]]\n"), False),
+], ids=["lab stub", "bare raise", "works, then raises", "other error", "written"])
+def test_q5_only_an_untouched_stub_is_refused_before_the_fresh_process(fn, refused):
+    """An untouched lab's q5 is 'not attempted' without the killed first run's fresh process (~5 s); a function
+    that does anything else before it raises is run as usual."""
+    ns = StubNS(fn)
+    if refused:
+        with pytest.raises(NotImplementedError):
+            lab04._q5_refuse_a_stub(ns)
+        with pytest.raises(NotImplementedError):
+            lab04.q5.observe(ns, CASE)
+        assert ns.fresh.calls == []
+    else:
+        lab04._q5_refuse_a_stub(ns)
