@@ -440,6 +440,16 @@ def live(tmp_path_factory):
                         look(page, root, s, ARTIFACTS / f"browser-{name}.png")
                         s.blocked = blocked
                     time.sleep(1)  # each look at a notebook costs the browser's CPU too
+            except Exception as exc:  # what the page and the server showed, for a failure seen once
+                shot = ARTIFACTS / "browser-failure.png"
+                try:
+                    browser.contexts[0].pages[0].screenshot(path=shot)
+                except Exception:  # noqa: BLE001 - the page may be gone
+                    shot = "none (the page is gone)"
+                raise AssertionError(
+                    f"the live run failed after {time.monotonic() - started:.0f} s: {type(exc).__name__}: "
+                    f"{str(exc)[:1500]}\nscreenshot: {shot}\nJupyterLab's log, last lines:\n"
+                    f"{lab.log_path.read_text(errors='replace')[-3000:]}") from exc
             finally:
                 browser.close()
     finally:
