@@ -192,6 +192,39 @@ def test_feed_measures_a_plain_iterable():
     assert 0.3 < run.steady_utilisation < 0.6 and run.startup_s >= 0.009
 
 
+def test_feed_does_not_wait_for_its_finished_iterator_to_be_deleted():
+    """An iterator whose deletion takes 0.5 s (as a tf.data iterator's sometimes does, right after its last
+    element): feed returns at once and the deletion happens beside it, not in the epoch it timed."""
+    deleted = []
+
+    class Dataset:  # iter() gives a new iterator each time, as a tf.data.Dataset does
+        def __iter__(self):
+            return SlowToDelete()
+
+    class SlowToDelete:
+        def __init__(self):
+            self.left = 3
+
+        def __next__(self):
+            if not self.left:
+                raise StopIteration
+            self.left -= 1
+            return self.left
+
+        def __del__(self):
+            time.sleep(0.5)
+            deleted.append(time.perf_counter())
+
+    t0 = time.perf_counter()
+    run = simulate.feed(Dataset(), step_s=0.001)
+    returned = time.perf_counter()
+    assert run.steps == 3 and returned - t0 < 0.4, f"feed took {returned - t0:.2f} s: it waited for the deletion"
+    deadline = time.monotonic() + 5
+    while not deleted and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert deleted and deleted[0] > returned  # let go, all the same
+
+
 # --------------------------------------------------------------------------- with TensorFlow (sleeps are tiny)
 
 

@@ -340,6 +340,12 @@ class Run:
         return text
 
 
+def _let_go(holder: list) -> None:
+    """Empty ``holder`` (it holds the only reference to a finished iterator) on a short-lived daemon thread, so
+    that the iterator is deleted there (see :func:`feed`)."""
+    threading.Thread(target=holder.clear, name="gpucourse-let-go-of-an-iterator", daemon=True).start()
+
+
 def feed(dataset: Iterable, device: Device | None = None, *, step_s: float = STEP_S, steps: int | None = None,
          keep_values: bool = True) -> Run:
     """The training loop: one element of ``dataset`` (any iterable) per step of ``device`` (default: a new
@@ -371,6 +377,12 @@ def feed(dataset: Iterable, device: Device | None = None, *, step_s: float = STE
             values.append(_plain(batch))
         device.run(batch)
         t_ask = time.perf_counter()
+    # Deleting a tf.data iterator in this thread right after its last element sometimes waits 0.2-0.6 s in
+    # TensorFlow 2.21 (autotune on, its default; measured on a 2-core machine): half an epoch here. That wait
+    # belongs to no stage of the pipeline, so the finished iterator is let go on another thread.
+    holder = [it]
+    del it  # the holder's reference is now the only one
+    _let_go(holder)
     if not device.spans:
         raise ValueError("the dataset produced no elements: nothing to feed the device")
     return Run(device.steps, device.step_s, waits, list(device.spans), values,
