@@ -61,6 +61,9 @@ def test_plot(clock):
     table = latency.measure_latency(fake_server(clock), [1, 4], calls=10, warmup=1)
     left, right = table.plot(budget_s=0.002)
     assert left.get_xlabel() == "batch size" and right.get_xlabel() == "p99 latency (ms)"
+    from tests.test_plots import tick_labels
+
+    assert not [t for ax in (left, right) for t in tick_labels(ax) if "$" in t]  # plain numbers, no mathtext
 
 
 @pytest.mark.parametrize("kwargs, exc, match", [

@@ -158,6 +158,9 @@ def test_plot_draws_the_roof_and_every_point():
     ax = mfu.plot_roofline(roof, [mfu.softmax_cost(8, 8), (mfu.matmul_cost(64, 64, 64), 1.0)], "float32",
                            extra_dtypes=["float16"])
     assert len(ax.lines) == 2 and len(ax.collections) == 3  # two roofs; two circles and one measured cross
+    from tests.test_plots import tick_labels
+
+    assert not [t for t in tick_labels(ax) if "$" in t]  # plain numbers on both log axes, no mathtext
     plt.close(ax.figure)
     with pytest.raises(TypeError, match="points must hold OpCost"):
         mfu.plot_roofline(roof, [("softmax", 1.0)])

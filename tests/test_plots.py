@@ -34,7 +34,32 @@ def test_helpers_draw():
     (lambda: plots.timeline([("a", 1.0, 0.5)]), ValueError, "end at or after its start"),
     (lambda: plots.lines([1, 2], {"a": [1]}), ValueError, "has 1 values but x has 2"),
     (lambda: plots.lines([1, 2], [[1, 2]]), TypeError, "ys must be a dict"),
+    (lambda: plots.label_log_axes("ax"), TypeError, "ax must be a matplotlib Axes"),
 ])
 def test_bad_input(bad, exc, match):
     with pytest.raises(exc, match=match):
         bad()
+
+
+def tick_labels(ax) -> list[str]:
+    """Every non-empty tick label of ``ax`` (major and minor, both axes), as drawn."""
+    ax.figure.canvas.draw()
+    return [t.get_text() for axis in (ax.xaxis, ax.yaxis) for minor in (False, True)
+            for t in axis.get_ticklabels(minor=minor) if t.get_text()]
+
+
+def test_label_log_axes_writes_plain_numbers_and_leaves_linear_axes():
+    import matplotlib.pyplot as plt
+
+    _, ax = plt.subplots()
+    ax.plot([2.5, 7.0], [0.01, 300.0])
+    ax.set_xscale("log")
+    default = tick_labels(ax)
+    assert any("mathdefault" in t for t in default)  # what matplotlib draws without the helper
+    linear_before = [t.get_text() for t in ax.get_yticklabels()]
+    assert plots.label_log_axes(ax) is ax
+    labels = tick_labels(ax)
+    assert not [t for t in labels if "$" in t], labels
+    assert {"3", "4", "6"} <= set(labels)  # minor labels inside the one decade shown
+    assert [t.get_text() for t in ax.get_yticklabels()] == linear_before
+    plt.close(ax.figure)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from . import _validate, timing
+from . import _validate, plots, timing
 
 __all__ = ["LatencyRow", "LatencyTable", "measure_latency"]
 
@@ -105,6 +105,8 @@ class LatencyTable:
                 (ax.axvline if vertical else ax.axhline)(budget_s * 1e3, color="grey", linestyle=":",
                                                          label="p99 budget")
         left.legend()
+        for ax in axes:
+            plots.label_log_axes(ax)
         return axes
 
     def __str__(self) -> str:

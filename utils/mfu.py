@@ -33,7 +33,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
-from . import _validate
+from . import _validate, plots
 from ._tf import tf as _tf
 
 __all__ = ["DTYPE_BYTES", "OpCost", "dtype_bytes", "matmul_cost", "conv2d_cost", "softmax_cost", "elementwise_cost",
@@ -294,6 +294,7 @@ def plot_roofline(roof, points: Sequence, dtype: str = "float32", *, extra_dtype
             ax.scatter([p.intensity], [measured], marker="x", color=color, s=50)
     ax.set_xscale("log")
     ax.set_yscale("log")
+    plots.label_log_axes(ax)
     ax.set_xlabel("arithmetic intensity (FLOP per byte)")
     ax.set_ylabel("TFLOP/s")
     ax.set_title(title or f"Roofline of {roof.name} (o: what the roof allows, x: measured)")

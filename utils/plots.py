@@ -10,7 +10,7 @@ from typing import Mapping, Sequence
 
 from . import _validate
 
-__all__ = ["ratio_bars", "comparison_bars", "timeline", "lines"]
+__all__ = ["ratio_bars", "comparison_bars", "timeline", "lines", "label_log_axes"]
 
 
 def _axes(ax, figsize):
@@ -107,4 +107,24 @@ def lines(x: Sequence[float], ys: Mapping[str, Sequence[float]], *, xlabel: str 
         ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
+    return ax
+
+
+def label_log_axes(ax):
+    """Plain numbers (``3``, ``30``, ``0.01``) as the tick labels of ``ax``'s log-scaled axes; returns ``ax``.
+
+    Matplotlib's default log labels are TeX (``$\\mathdefault{3\\times10^{0}}$``), drawn by its mathtext
+    parser; a learner reads "3 ms" more easily from ``3`` than from 3x10^0, and the labels then need no parser.
+    Call it after ``set_xscale("log")`` / ``set_yscale("log")``; linear axes are left alone.
+    """
+    from matplotlib.axes import Axes
+    from matplotlib.ticker import LogFormatter
+
+    if not isinstance(ax, Axes):
+        raise TypeError(f"ax must be a matplotlib Axes, got {type(ax).__name__}")
+    for axis in (ax.xaxis, ax.yaxis):
+        if axis.get_scale() == "log":
+            axis.set_major_formatter(LogFormatter())
+            # as matplotlib's default minor formatter: labels only when the axis spans few decades
+            axis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(1, 0.4)))
     return ax
