@@ -66,7 +66,9 @@ ZH_TUTORIAL = ROOT / "notebooks" / "zh-CN" / "05_mixed_precision.ipynb"
 ZH_LAB = ROOT / "labs" / "zh-CN" / "01_device_detection.ipynb"
 #: Lab 01's q1 answered wrongly (an empty dict for every list): its check() says why, in Chinese.
 ZH_WRONG_ANSWER = ("summarise_devices", "def summarise_devices(devices):\n    return {}\n")
-RUN_TIMEOUT_S = 300
+#: Per notebook, from its first queued cell. All nine run at once beside the rest of the suite: on a slow 2-core
+#: CI machine 06 was still running at 300 s (its last cells), so the limit leaves room above that.
+RUN_TIMEOUT_S = 480
 INTERACTION_TIMEOUT_S = 60
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 #: What a widget looks like when the front end could not render it (text repr, or ipywidgets' errors).
@@ -159,10 +161,17 @@ def unexplained_stderr(texts: list[str]) -> list[str]:
     return [ln for ln in lines if not any(re.search(pattern, ln) for pattern, _ in STDERR_ALLOWED)]
 
 
-OUTPUTS_JS = """root => [...root.querySelectorAll('.jp-OutputArea-output')].map(e => ({
-  mime: e.getAttribute('data-mime-type') || '', text: e.innerText,
+OUTPUTS_JS = """root => { const cells = [...root.querySelectorAll('.jp-Notebook .jp-Cell')];
+  return [...root.querySelectorAll('.jp-OutputArea-output')].map(e => ({
+  mime: e.getAttribute('data-mime-type') || '', text: e.innerText, cell: cells.indexOf(e.closest('.jp-Cell')),
   widget: !!e.firstElementChild && e.firstElementChild.classList.contains('jupyter-widgets') &&
-          e.getBoundingClientRect().height > 0}))"""
+          e.getBoundingClientRect().height > 0})); }"""
+
+
+def shorten(text: str, keep: int = 1500) -> str:
+    """``text``, or its first and last ``keep`` characters: a traceback's start names the cell's line, its end
+    the error."""
+    return text if len(text) <= 2 * keep else f"{text[:keep]}\n[... {len(text) - 2 * keep} characters ...]\n{text[-keep:]}"
 
 IMAGES_JS = """root => [...root.querySelectorAll('.jp-OutputArea-output img')]
   .map(i => i.complete && i.naturalWidth > 0)"""
@@ -284,7 +293,7 @@ def save_run(page, root, served: Path, seen: Seen, keep: Path) -> None:
 def look(page, root, seen: Seen, shot: Path) -> None:
     """Fill ``seen`` from the finished notebook ``root``, interact with every explorer, take the screenshot."""
     outputs = root.evaluate(OUTPUTS_JS)
-    seen.errors = [o["text"][-2000:] for o in outputs
+    seen.errors = [f"cell {o['cell']}: " + shorten(o["text"]) for o in outputs
                    if o["mime"] == "application/vnd.jupyter.error" or "Traceback (most recent call last)" in o["text"]]
     seen.widget_text = [o["text"][:300] for o in outputs if WIDGET_AS_TEXT.search(o["text"] or "")]
     seen.widgets_rendered = sum(1 for o in outputs if o["widget"])  # JupyterLab sets no mime type on these
