@@ -3,8 +3,8 @@ page, in headless Chromium (driven with ``tests/browser_tools.py``).
 
 What a learner would see, checked for each tutorial in ``notebooks/`` (all open at once, one
 JupyterLab tab each, in one browser page, against one JupyterLab server on loopback), each run
-**live, from the top**, from a copy without its stored outputs (the stored ones were cleaned by
-``gpucourse.authoring``; a learner sees what the kernel prints):
+**live, from the top** (the Run menu's Run All Cells, as a learner does), from a copy without its stored
+outputs (the stored ones were cleaned by ``gpucourse.authoring``; a learner sees what the kernel prints):
 
 * every cell runs and no output contains a traceback;
 * no stderr line appears that is not on :data:`STDERR_ALLOWED` (each entry says why it is harmless);
@@ -54,8 +54,8 @@ import nbformat
 import pytest
 
 from tests.browser_tools import (CHROMIUM_ARGS, PROGRESS_JS, JupyterLab, chromium, current_tab, drawn_in_cjk,
-                                 free_port, loopback_only, open_document, rendered_fonts, start_cells, stop,
-                                 sync_playwright, type_into_cell, wait_http, wait_loaded)
+                                 free_port, loopback_only, open_document, rendered_fonts, run_all_cells, start_cells,
+                                 stop, sync_playwright, type_into_cell, wait_http, wait_loaded)
 
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -412,7 +412,7 @@ def live(tmp_path_factory):
                 running = {"zh-lab": (root, time.monotonic())}
                 for nb in TUTORIALS:
                     root = open_document(page, f"notebooks/{nb.name}", tabs)
-                    start_cells(page, root, seen[nb.stem].cells, total[nb.stem])
+                    run_all_cells(page, root, total[nb.stem])  # seen.cells: every code cell, in order
                     running[nb.stem] = (root, time.monotonic())
                     seen[nb.stem].status, seen[nb.stem].started = "running", time.monotonic() - started
                 # the zh tutorial only needs to be read
