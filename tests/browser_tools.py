@@ -24,7 +24,8 @@ import pytest
 
 __all__ = ["BROWSERS", "CHROMIUM_ARGS", "CJK_FONT", "JupyterLab", "PROGRESS_JS", "can_run", "chromium",
            "current_tab", "drawn_in_cjk", "free_port", "goto_folder", "loopback_only", "open_document",
-           "rendered_fonts", "run_all_cells", "start_cells", "stop", "sync_playwright", "type_into_cell", "wait_http", "wait_loaded"]
+           "rendered_fonts", "run_all_cells", "start_cells", "stop", "sync_playwright", "type_into_cell", "wait_http",
+           "wait_loaded"]
 
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run", "--disable-quic", "--disable-dev-shm-usage"]

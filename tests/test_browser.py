@@ -171,7 +171,10 @@ OUTPUTS_JS = """root => { const cells = [...root.querySelectorAll('.jp-Notebook 
 def shorten(text: str, keep: int = 1500) -> str:
     """``text``, or its first and last ``keep`` characters: a traceback's start names the cell's line, its end
     the error."""
-    return text if len(text) <= 2 * keep else f"{text[:keep]}\n[... {len(text) - 2 * keep} characters ...]\n{text[-keep:]}"
+    if len(text) <= 2 * keep:
+        return text
+    return f"{text[:keep]}\n[... {len(text) - 2 * keep} characters ...]\n{text[-keep:]}"
+
 
 IMAGES_JS = """root => [...root.querySelectorAll('.jp-OutputArea-output img')]
   .map(i => i.complete && i.naturalWidth > 0)"""
