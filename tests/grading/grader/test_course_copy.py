@@ -4,12 +4,14 @@ Each test imports the copy in a fresh interpreter (``PYTHONPATH``, as at the ``u
 bubblewrap mounts the same folder over the package).
 """
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from gpucourse.grading.grader import course_copy
 from gpucourse.grading.grader.course_copy import disabled_helpers, make_copy
 from gpucourse.grading.grader.sandbox import package_folder
 
@@ -94,3 +96,23 @@ except Exception as exc:
 
 def test_the_copy_is_made_once_per_lab_and_rules():
     assert make_copy("05") == make_copy("05") != make_copy("05", forbidden=("gpucourse.mfu",))
+
+
+def test_the_marks_are_parsed_once_and_again_after_a_file_changes(tmp_path, monkeypatch):
+    """Every grade asks for the lab's marked helpers: the course is parsed once per process, not per submission,
+    and again when a file changes."""
+    root = tmp_path / "gpucourse"
+    root.mkdir()
+    (root / "__init__.py").write_text("")
+    helpers = root / "helpers.py"
+    helpers.write_text("@answers('03', 'q2')\ndef measure(x):\n    return x\n")
+    parsed, parse = [], ast.parse
+    monkeypatch.setattr(course_copy.ast, "parse", lambda text, name="<unknown>", *a, **k: (
+        parsed.append(name), parse(text, name, *a, **k))[1])
+    assert disabled_helpers("03", root) == {"gpucourse.helpers.measure": ("q2",)} and len(parsed) == 2
+    disabled_helpers("03", root).clear()  # a caller's copy: the next grade still gets the marks
+    assert disabled_helpers("03", root) == {"gpucourse.helpers.measure": ("q2",)}
+    assert disabled_helpers("04", root) == {} and len(parsed) == 2
+    helpers.write_text("@answers('04')\ndef measure(x):\n    return x + 1\n")
+    assert disabled_helpers("03", root) == {} and disabled_helpers("04", root) == {"gpucourse.helpers.measure": ()}
+    assert len(parsed) == 4
