@@ -27,9 +27,15 @@ FULL = sum(POINTS.values())
 FULL_02 = sum(spec.points for spec, _ in items_in(lab02_tests))
 
 
-def _solution_with(tmp_path, replace: dict, name="sub.ipynb", solution="01_device_detection.ipynb") -> Path:
-    """A solution notebook (lab 01 unless named), some code cells replaced (keyed by a substring of the cell)."""
+def _solution_with(tmp_path, replace: dict, name="sub.ipynb", solution="01_device_detection.ipynb",
+                   setup: bool = True) -> Path:
+    """A solution notebook (lab 01 unless named), some code cells replaced (keyed by a substring of the cell);
+    ``setup=False`` leaves out the course's setup cell."""
     nb = nbformat.read(ROOT / "solutions" / solution, as_version=4)
+    if not setup:
+        kept = [c for c in nb.cells if c.source != SETUP_CELL]
+        assert len(kept) == len(nb.cells) - 1, f"{solution} no longer has the course's setup cell"
+        nb.cells = kept
     for cell in nb.cells:
         for key, new in replace.items():
             if cell.cell_type == "code" and key in cell.source:
@@ -88,13 +94,7 @@ def _lab09_with(tmp_path, replace: dict, name: str, measure: bool = True) -> Pat
     the 4 s these tests give an item)."""
     if not measure:
         replace = {**replace, "def measure_roof": "pass  # q5 not written"}
-    path = _solution_with(tmp_path, replace, name, solution="09_roofline_mfu.ipynb")
-    nb = nbformat.read(path, as_version=4)
-    kept = [c for c in nb.cells if c.source != SETUP_CELL]
-    assert len(kept) == len(nb.cells) - 1, "lab 09's solution no longer has the course's setup cell"
-    nb.cells = kept
-    nbformat.write(nb, path)
-    return path
+    return _solution_with(tmp_path, replace, name, solution="09_roofline_mfu.ipynb", setup=False)
 
 
 def test_a_failure_stays_in_its_item(tmp_path):
