@@ -51,6 +51,11 @@ def _marks(node) -> list[tuple[str, tuple]]:
     return found
 
 
+def _module_name(rel: Path) -> str:
+    """The dotted name of the course module at ``rel`` (a path inside the package): ``gpucourse.grading.items``."""
+    return ".".join(("gpucourse",) + rel.with_suffix("").parts).removesuffix(".__init__")
+
+
 def disabled_helpers(lab: str, root: Path | None = None) -> dict[str, tuple]:
     """``{"gpucourse.module.name": items}`` of the helpers marked ``@answers`` for ``lab`` (read from the source)."""
     return dict(_marks_by_lab(Path(root or package_folder())).get(lab, {}))
@@ -78,7 +83,7 @@ def _marks_by_lab(root: Path) -> dict[str, dict[str, tuple]]:
     by_lab: dict[str, dict[str, tuple]] = {}
     for path, rel, _, _ in files:
         tree = ast.parse(path.read_text(), str(path))
-        module = ".".join(("gpucourse",) + rel.with_suffix("").parts).removesuffix(".__init__")
+        module = _module_name(rel)
         for node in tree.body:
             for mark_lab, items in _marks(node):
                 by_lab.setdefault(mark_lab, {})[f"{module}.{node.name}"] = items
@@ -179,7 +184,7 @@ def make_copy(lab: str, extra_helpers: dict | None = None, forbidden=()) -> Path
         shutil.copytree(src, dst, ignore=ignore)
         for path in sorted(dst.rglob("*.py")):
             rel = path.relative_to(dst)
-            module = ".".join(("gpucourse",) + rel.with_suffix("").parts).removesuffix(".__init__")
+            module = _module_name(rel)
             _rewrite(path, module, lab, extra, set(forbidden))
         for folder, dirs, files in os.walk(out):
             os.chmod(folder, 0o755)
