@@ -58,13 +58,16 @@ raise RuntimeError(repr(seen))
 """
 
 
-def _run(cells: list[str], lab: str = "01"):
-    """Run ``cells`` in a graded kernel of ``lab`` (its course copy), kill it; the session afterwards."""
+def _run(cells: list[str], lab: str = "01", furnish: bool = True):
+    """Run ``cells`` in a graded kernel of ``lab`` (its course copy), kill it; the session afterwards.
+    ``furnish``: the kernel's home gets what the runner puts there (:func:`sandbox.furnish_home`)."""
     workdir = Path(tempfile.mkdtemp(prefix="gpucourse-test-sandbox-"))
     copy = make_copy(lab)
     box = sandbox.choose(workdir, copy)
     listener = Listener(workdir, box.uid)
     env = kernel_env({sandbox.TOKEN_ENV: box.token, "HOME": str(workdir), "IPYTHONDIR": str(workdir / ".ipy")})
+    if furnish:
+        env.update(sandbox.furnish_home(workdir, box.uid))
     if not box.allow_list:
         env["PYTHONPATH"] = str(copy)
     session = KernelSession(workdir, box, listener, env, [(f"cell {i}", c) for i, c in enumerate(cells, 1)], 120)
@@ -75,6 +78,21 @@ def _run(cells: list[str], lab: str = "01"):
         listener.close()
         shutil.rmtree(workdir, ignore_errors=True)
     return session
+
+
+#: What Matplotlib does in a graded kernel when TensorFlow imports Keras and with it pyplot: read its font list, or
+#: scan the system's fonts again (INFO "generated new fontManager").
+FONTS = """
+import io, logging, os
+log = io.StringIO()
+logger = logging.getLogger("matplotlib.font_manager")
+logger.addHandler(logging.StreamHandler(log))
+logger.setLevel(logging.INFO)
+import matplotlib
+from matplotlib import font_manager
+raise RuntimeError(repr({"rescanned": "generated new fontManager" in log.getvalue(), "home": os.environ["HOME"],
+                         "cache": matplotlib.get_cachedir(), "fonts": len(font_manager.fontManager.ttflist)}))
+"""
 
 
 def _sleepers(marker: str) -> list:
@@ -142,3 +160,11 @@ def test_the_allow_list_mounts_no_folder_it_does_not_need(tmp_path):
     assert "/" not in mounted and "/tmp" not in mounted and "/root" not in mounted
     assert str(sandbox.package_folder()) in mounted and str(tmp_path) in mounted
     assert "--unshare-net" in args
+
+
+@pytest.mark.parametrize("furnished", [True, False], ids=["furnished", "empty home"])
+def test_a_kernels_home_holds_the_font_list_so_matplotlib_scans_no_fonts(furnished):
+    seen = ast.literal_eval(_run([FONTS], furnish=furnished).run.cell_errors[-1]["evalue"])
+    assert seen["cache"].startswith(seen["home"]), seen  # the kernel's own home, writable, not a temporary folder
+    assert seen["rescanned"] is not furnished, seen  # an empty home (the control) makes it scan the fonts
+    assert seen["fonts"] > 0, seen

@@ -179,6 +179,7 @@ def _run(report: GradeReport, code, tests, plan, course: Path, timeout, item_tim
     env = kernel_env({sandboxing.TOKEN_ENV: box.token, "IPYTHONDIR": str(workdir / ".ipython")})
     if box.level != "none":
         env["HOME"] = str(workdir)  # the grader's home is not the kernel's
+        env.update(sandboxing.furnish_home(workdir, box.uid))  # Matplotlib's font list: no rescan of the fonts
     if not box.allow_list:  # no mount namespace: the copy goes first on the import path (the original stays readable)
         env["PYTHONPATH"] = os.pathsep.join([str(course)] + [p for p in [env.get("PYTHONPATH", "")] if p])
     cells = [(f"cell {i}", src) for i, src in code]
