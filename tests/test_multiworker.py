@@ -114,6 +114,22 @@ def test_list_checkpoints(tmp_path):
         multiworker.list_checkpoints(3)
 
 
+def test_find_resume_step_reads_the_managers_state_file_not_the_files_on_disk(tmp_path):
+    assert multiworker.find_resume_step(tmp_path / "missing") is None
+    assert multiworker.find_resume_step(tmp_path) is None
+    for name in ("ckpt-250.index", "ckpt-300.index"):
+        (tmp_path / name).write_text("")
+    # what CheckpointManager(max_to_keep=2) wrote after step 250, while step 300's files were already there
+    (tmp_path / "checkpoint").write_text('model_checkpoint_path: "ckpt-250"\nall_model_checkpoint_paths: "ckpt-200"\n'
+                                         'all_model_checkpoint_paths: "ckpt-250"\n'
+                                         'all_model_checkpoint_timestamps: 1795907974.5556386\n')
+    assert multiworker.list_checkpoints(tmp_path) == [250, 300] and multiworker.find_resume_step(tmp_path) == 250
+    (tmp_path / "checkpoint").write_text(f'model_checkpoint_path: "{tmp_path}/ckpt-300"\n')  # an absolute path
+    assert multiworker.find_resume_step(str(tmp_path)) == 300
+    with pytest.raises(TypeError, match="checkpoint_dir"):
+        multiworker.find_resume_step(3)
+
+
 def test_missing_peer_is_killed_after_timeout():
     t0 = time.monotonic()
     with pytest.raises(multiworker.WorkerTimeout,

@@ -125,7 +125,9 @@ def test_kill_9_of_the_chief_resumes_from_the_checkpoint_with_the_same_weights(s
     job = slurm.submit(SBATCH, *CPU_FORM, env=_env(tmp_path), cwd=tmp_path)
     ckpt = tmp_path / "ckpt"
     deadline = time.monotonic() + JOB_TIMEOUT
-    while not (ckpt / f"ckpt-{KILL_AFTER}.index").exists():  # the training step is the job's step 1
+    # until the chief has saved step KILL_AFTER (the training step is the job's step 1); saved = named in the
+    # manager's state file, which is what a restart reads (a step's .index file exists a moment before)
+    while (multiworker.find_resume_step(ckpt) or 0) < KILL_AFTER:
         assert time.monotonic() < deadline and slurm.job(job)["JobState"] in ("PENDING", "RUNNING"), \
             _log(tmp_path, job)[-4000:]
         time.sleep(0.02)
@@ -133,7 +135,7 @@ def test_kill_9_of_the_chief_resumes_from_the_checkpoint_with_the_same_weights(s
     assert set(pids) == {0, 1}, pids
     # The survivor must end on srun's SIGTERM: TensorFlow catches it once the strategy runs, the script restores it.
     assert not _sigterm_caught(pids[1]), "the survivor would ignore srun's SIGTERM (multiworker._restore_sigterm)"
-    saved = multiworker.list_checkpoints(ckpt)
+    saved = multiworker.find_resume_step(ckpt)
     os.kill(pids[0], 9)
     info = slurm.wait(job, JOB_TIMEOUT)
     log = _log(tmp_path, job)
@@ -144,9 +146,9 @@ def test_kill_9_of_the_chief_resumes_from_the_checkpoint_with_the_same_weights(s
     assert "training finished (attempt 2 of 3)" in log and log.count("restarting") == 1
     s = _summaries(log)
     start = int(s[0].group(4))
-    # It resumes from the last checkpoint: the one seen before the kill, or the next if it was written meanwhile.
+    # It resumes from the last checkpoint: the one saved before the kill, or the next if it was saved meanwhile.
     assert start == int(s[1].group(4)) and start % SAVE_EVERY == 0, (saved, start)
-    assert saved[-1] <= start <= min(saved[-1] + SAVE_EVERY, STEPS - SAVE_EVERY), (saved, start)
+    assert saved <= start <= min(saved + SAVE_EVERY, STEPS - SAVE_EVERY), (saved, start)
     np.testing.assert_array_equal(np.load(ckpt / "final_weights.npy"), want)
     assert s[0].group(6) == s[1].group(6)
     resumed = log[log.index("(attempt 1 of 3); restarting"):]

@@ -142,16 +142,16 @@ def test_slurm_step_trains_to_the_same_weights_and_restarts_from_its_checkpoint(
     port = ["--slurm-port-base", str(base)]
     codes, logs = _launch(envs, ckpt, weights, tmp_path / "logs1", extra={1: ["--fail-at-step", "2"]}, more=port)
     assert codes[1] == -signal.SIGKILL, logs[1][-2000:]
-    saved = multiworker.list_checkpoints(ckpt)
-    assert saved and saved[-1] <= 2 and not weights.exists(), saved  # step 3 needs worker 1: never reached
+    saved = multiworker.find_resume_step(ckpt)
+    assert saved and saved <= 2 and not weights.exists(), saved  # step 3 needs worker 1: never reached
     # Attempt 2: the same step again; both workers resume from the chief's last checkpoint (step 2, or 1 if
-    # the chief was stopped while still writing step 2's).
+    # the chief was stopped while still writing step 2's: the manager's state file says which).
     codes, logs = _launch(envs, ckpt, weights, tmp_path / "logs2", more=port)
     results = _ok(codes, logs)
     for i in range(2):
         assert f"cluster source: SLURM (SlurmClusterResolver, SLURM's order: SLURM_PROCID={i}" in logs[i]
         assert f'TF_CONFIG={{"cluster": {{"worker": ["localhost:{base}", "localhost:{base + 1}"]}}' in logs[i]
-    assert [r["start_step"] for r in results] == [saved[-1]] * 2
+    assert [r["start_step"] for r in results] == [saved] * 2
     assert results[0]["digest"] == results[1]["digest"]
     np.testing.assert_allclose(np.load(weights), want, rtol=1e-5, atol=1e-6)
     calls = (tmp_path / "scontrol-calls").read_text().split("\n") if (tmp_path / "scontrol-calls").exists() else []

@@ -54,6 +54,7 @@ __all__ = [
     "free_ports",
     "gpu_assignments",
     "launch_workers",
+    "find_resume_step",
     "list_checkpoints",
     "main",
     "tf_config",
@@ -311,6 +312,23 @@ def list_checkpoints(checkpoint_dir: str | os.PathLike) -> list[int]:
     if not path.is_dir():
         return []
     return sorted(int(m.group(1)) for p in path.iterdir() if (m := re.fullmatch(r"ckpt-(\d+)\.index", p.name)))
+
+
+def find_resume_step(checkpoint_dir: str | os.PathLike) -> int | None:
+    """The step a restart resumes from: the checkpoint ``tf.train.latest_checkpoint`` picks, the one named in
+    ``CheckpointManager``'s state file (``checkpoint``); None before the first.
+
+    The manager names a checkpoint there only after writing its files: for a moment (for good, after a ``kill -9``
+    in that moment) :func:`list_checkpoints` shows one more step than a restart uses.
+    """
+    if not isinstance(checkpoint_dir, (str, os.PathLike)):
+        raise TypeError(f"checkpoint_dir must be a folder path (str or Path), got {checkpoint_dir!r}")
+    try:
+        text = (Path(checkpoint_dir) / "checkpoint").read_text()
+    except OSError:
+        return None
+    m = re.search(r'^model_checkpoint_path: "(?:.*[/\\])?ckpt-(\d+)"$', text, flags=re.M)
+    return int(m.group(1)) if m else None
 
 
 def launch_workers(num_workers: int = 2, *, steps: int = 5, per_replica_batch: int = 16, seed: int = 0,
