@@ -140,6 +140,12 @@ class q1:
     assert judge.needs_tensorflow(judged)
     assert judge.needs_tensorflow("import keras\n")
     assert not judge.needs_tensorflow("def broken(:")
+    # what the kernel runs for observe (and what only it calls) is the kernel's import, not the grader's
+    in_kernel = judged.replace("return 1\n    def judge", "return _seen(ns)\n    def judge").replace(
+        "        _want(case)", "        return seen == case") + "\n@in_kernel\ndef _seen(ns):\n    return _want(1)\n"
+    assert not judge.needs_tensorflow(in_kernel)
+    assert not judge.needs_tensorflow(lab_test_path("02").read_text())  # TensorFlow only inside its @in_kernel code
+    assert judge.needs_tensorflow(in_kernel.replace("return seen == case", "return _want(seen)"))
 
 
 def test_the_kernel_gets_no_import_of_the_lab_tests_package():

@@ -160,6 +160,8 @@ def _module_imports_tf(name: str) -> bool:
 def needs_tensorflow(text: str) -> bool:
     """True if the test file's ``cases``/``observe``/``judge`` (or module code they call) import TensorFlow or Keras.
 
+    What an ``@in_kernel`` function imports (and what only it calls) does not count: it runs in the learner's kernel.
+
     A lab's grader-side module that the file imports from ``gpucourse.labtests`` (its judges, its reference
     answers) counts as a whole: if it imports TensorFlow or Keras anywhere, a judge may need it.
     """
@@ -178,7 +180,7 @@ def needs_tensorflow(text: str) -> bool:
     seen = set()
     while todo:
         fn = todo.pop()
-        if id(fn) in seen:
+        if id(fn) in seen or _is_kernel_function(fn):  # an @in_kernel function runs in the kernel, not here
             continue
         seen.add(id(fn))
         if _imports_tf(fn):
