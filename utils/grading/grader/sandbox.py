@@ -7,7 +7,8 @@
   (:func:`_bwrap_args`): the system's programs and libraries, the Python installation and the
   environment's packages, read-only; the generated copy of the course package (without its tests,
   its answer-bearing helpers disabled: :mod:`.course_copy`) mounted where the package lives; a fresh
-  empty ``/tmp``; and its own scratch folder, the only writable one, which holds the grader's socket.
+  empty ``/tmp``; and its own scratch folder, the only writable one, which holds the grader's socket and
+  is its home (with a copy of Matplotlib's font list: :func:`furnish_home`).
   No other checkout, home folder, output folder, hidden test or grading key exists for it, and it has
   no network (it talks to Jupyter and the grader over Unix sockets). ``/proc`` shows
   only the sandbox's own processes, so the grader's command line, working folder and open files
