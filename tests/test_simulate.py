@@ -3,6 +3,7 @@
 Timing assertions are made only on sleep-based work, where ratios are structural, and they are generous.
 """
 
+import threading
 import time
 
 import pytest
@@ -223,6 +224,21 @@ def test_feed_does_not_wait_for_its_finished_iterator_to_be_deleted():
     while not deleted and time.monotonic() < deadline:
         time.sleep(0.05)
     assert deleted and deleted[0] > returned  # let go, all the same
+
+
+def test_a_graded_kernel_keeps_its_finished_iterators_and_starts_no_thread(monkeypatch):
+    """In a graded kernel a thread still deleting an iterator would look, to the grader's tripwire, like one the
+    submission left running: there feed keeps the finished iterator (until the kernel ends) and starts none."""
+    monkeypatch.setenv("GPUCOURSE_GRADING", "1")
+    monkeypatch.setattr(_simparts, "_KEPT_WHILE_GRADED", [])
+    before = set(threading.enumerate())
+    it = iter([1, 2, 3])
+    run = simulate.feed((x for x in [1, 2, 3]), step_s=0.001)
+    assert run.steps == 3 and set(threading.enumerate()) <= before
+    assert len(_simparts._KEPT_WHILE_GRADED) == 1 and next(_simparts._KEPT_WHILE_GRADED[0], None) is None
+    monkeypatch.delenv("GPUCOURSE_GRADING")
+    simulate.feed(it, step_s=0.001)
+    assert len(_simparts._KEPT_WHILE_GRADED) == 1  # outside grading: let go on a thread, as before
 
 
 # --------------------------------------------------------------------------- with TensorFlow (sleeps are tiny)
