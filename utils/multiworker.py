@@ -291,8 +291,7 @@ def _check_launch(num_workers, steps, per_replica_batch, seed, timeout, mode, on
     if len(set(indices)) != len(indices):
         raise ValueError(f"only must list distinct worker indices in 0..{num_workers - 1}, got {only!r}")
     if checkpoint_dir is not None:
-        if not isinstance(checkpoint_dir, (str, os.PathLike)):
-            raise TypeError(f"checkpoint_dir must be a folder path (str or Path), got {checkpoint_dir!r}")
+        _checkpoint_folder(checkpoint_dir)
         if mode != "loop":
             raise ValueError("checkpoint_dir works with mode='loop' only (fit fails under this strategy in Keras 3)")
     if fail_worker is not None:
@@ -304,11 +303,16 @@ def _check_launch(num_workers, steps, per_replica_batch, seed, timeout, mode, on
     return indices
 
 
-def list_checkpoints(checkpoint_dir: str | os.PathLike) -> list[int]:
-    """Step numbers of the checkpoints in ``checkpoint_dir`` (from their ``ckpt-<step>.index`` files), sorted."""
+def _checkpoint_folder(checkpoint_dir) -> Path:
+    """``checkpoint_dir`` as a Path; TypeError unless it is a folder path (str or Path)."""
     if not isinstance(checkpoint_dir, (str, os.PathLike)):
         raise TypeError(f"checkpoint_dir must be a folder path (str or Path), got {checkpoint_dir!r}")
-    path = Path(checkpoint_dir)
+    return Path(checkpoint_dir)
+
+
+def list_checkpoints(checkpoint_dir: str | os.PathLike) -> list[int]:
+    """Step numbers of the checkpoints in ``checkpoint_dir`` (from their ``ckpt-<step>.index`` files), sorted."""
+    path = _checkpoint_folder(checkpoint_dir)
     if not path.is_dir():
         return []
     return sorted(int(m.group(1)) for p in path.iterdir() if (m := re.fullmatch(r"ckpt-(\d+)\.index", p.name)))
@@ -321,10 +325,8 @@ def find_resume_step(checkpoint_dir: str | os.PathLike) -> int | None:
     The manager names a checkpoint there only after writing its files: for a moment (for good, after a ``kill -9``
     in that moment) :func:`list_checkpoints` shows one more step than a restart uses.
     """
-    if not isinstance(checkpoint_dir, (str, os.PathLike)):
-        raise TypeError(f"checkpoint_dir must be a folder path (str or Path), got {checkpoint_dir!r}")
     try:
-        text = (Path(checkpoint_dir) / "checkpoint").read_text()
+        text = (_checkpoint_folder(checkpoint_dir) / "checkpoint").read_text()
     except OSError:
         return None
     m = re.search(r'^model_checkpoint_path: "(?:.*[/\\])?ckpt-(\d+)"$', text, flags=re.M)
