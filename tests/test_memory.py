@@ -313,6 +313,21 @@ def test_measurement_and_explorer_on_this_machine(fresh_python):
         f"r['bad'] = {{}}\nfor n in {BAD_DEVICE_NAMES!r}:\n"
         "    try:\n        r['bad'][n] = memory.normalize_device(n)\n"
         "    except ValueError as e:\n        r['bad'][n] = str(e)\n"
+        "opts = lambda: tf.config.optimizer.get_experimental_options().get('remapping', 'default')\n"
+        "seen = []\n"
+        "for policy, dev, preset in [('mixed_float16', 'CPU:0', None), ('float32', 'CPU:0', None),\n"
+        "                            ('mixed_float16', 'GPU:0', None), ('mixed_float16', 'CPU:0', True)]:\n"
+        "    tf.config.optimizer.set_experimental_options({'remapping': preset})\n"
+        "    with mx._unfused_on_cpu(policy, dev):\n"
+        "        seen.append(opts())\n"
+        "    seen.append(opts())\n"
+        "tf.config.optimizer.set_experimental_options({'remapping': None})\n"
+        "r['remapping'] = seen\n"
+        "spied, real_peak = [], mx.measure_peak\n"
+        "mx.measure_peak = lambda *a, **k: spied.append(opts()) or real_peak(*a, **k)\n"
+        "mx.measure_update(64, 'mixed_float16'); mx.measure_update(64, 'float32')\n"
+        "mx.measure_peak = real_peak\n"
+        "r['spied'] = spied\n"
         "os.environ['GPUCOURSE_STATIC'] = '1'\n"
         "r['static'] = ex.show() is None\n"
         "print('RESULT ' + json.dumps(r))\n",
@@ -334,6 +349,12 @@ def test_measurement_and_explorer_on_this_machine(fresh_python):
     assert m["step_bytes"] >= 256 * 512 * 4  # at least one hidden layer's output of one micro-batch
     assert r["remembered"] == 256, "the explorer keeps its values when the cell is re-run"
     assert r["static"] and "Memory explorer [batch=2048, policy=mixed_float16" in out
+    # float16 on a CPU is measured with the remapper off (TensorFlow's fused float16 MatMul + BiasAdd took 12 s
+    # a measurement on an AVX512-FP16 Xeon), and the learner's setting is back afterwards; nothing else changes
+    assert r["remapping"] == [False, "default", "default", "default", "default", "default", False, True]
+    assert r["spied"] == [False, "default"], "measure_update must run a float16 CPU step inside _unfused_on_cpu"
+    fp16 = out.split("Memory explorer [batch=2048, policy=mixed_float16", 1)[1].split("Memory explorer [", 1)[0]
+    assert "remapping off" in fp16 and "remapping off" not in r["text"]
 
 
 def test_explorer_legend_clears_the_axis_label():

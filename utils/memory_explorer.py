@@ -17,6 +17,7 @@ with.) Importing this module never imports TensorFlow.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 from . import _validate
@@ -121,6 +122,33 @@ def _rig(policy: str, steps: int, device: str) -> _Rig:
     return _RIGS[key]
 
 
+def _slow_fusion(policy: str, device: str) -> bool:
+    """True for a float16 policy on a CPU: the step that :func:`measure_update` runs with remapping off."""
+    return policy == "mixed_float16" and "CPU" in device.upper()
+
+
+@contextlib.contextmanager
+def _unfused_on_cpu(policy: str, device: str):
+    """Turn grappler's remapper off while a float16 step runs on a CPU, and put the setting back after.
+
+    The remapper fuses MatMul + BiasAdd into one kernel. With oneDNN on (as the course sets it), TensorFlow
+    2.21's fused *float16* kernel took 3.5 s where the two ops took 5 ms (a 2048 x 512 by 512 x 512 matmul on
+    an Intel Xeon with AVX512-FP16, 2026-11-29), so each float16 measurement took 12 s instead of 0.2 s, with
+    the same peak within 0.25 MiB. Measured per call: TensorFlow reads the option when a function runs, so
+    the learner's own functions keep the default outside this block.
+    """
+    if not _slow_fusion(policy, device):
+        yield
+        return
+    tf = _tf()
+    before = tf.config.optimizer.get_experimental_options().get("remapping")  # None: TensorFlow's default
+    tf.config.optimizer.set_experimental_options({"remapping": False})
+    try:
+        yield
+    finally:
+        tf.config.optimizer.set_experimental_options({"remapping": before})
+
+
 def measure_update(batch: int, policy: str = "float32", steps: int = 1, device=None) -> dict:
     """Measured memory of one weight update of the explorer's MLP on ``device`` (default: GPU:0 or CPU:0).
 
@@ -129,7 +157,8 @@ def measure_update(batch: int, policy: str = "float32", steps: int = 1, device=N
     once per policy and number of steps), the peak above everything already
     allocated while ``steps`` micro-batch steps run (inputs included), and
     their sum. A model is built and traced once per (policy, steps, device)
-    and reused, so changing the batch size only measures.
+    and reused, so changing the batch size only measures. A ``mixed_float16``
+    step on a CPU runs with grappler's remapping off (:func:`_unfused_on_cpu`).
     """
     _, steps, micro = _micro(batch, steps)
     _validate.one_of("policy", policy, POLICIES)
@@ -140,7 +169,7 @@ def measure_update(batch: int, policy: str = "float32", steps: int = 1, device=N
     def one_update():
         return [rig.step(n) for _ in range(steps)]
 
-    with _tf().device(dev):
+    with _tf().device(dev), _unfused_on_cpu(policy, dev):
         peak = measure_peak(one_update, device=dev, warmup=1, repeats=1)
     return {"state_bytes": rig.state_bytes, "step_bytes": peak.extra_bytes,
             "total_bytes": rig.state_bytes + peak.extra_bytes}
@@ -193,6 +222,9 @@ def update(batch: int = 512, policy: str = "float32", steps: int = 1, budget_mib
         f"{format_bytes(got['step_bytes'])}; measured / estimate = {got['total_bytes'] / est.total_bytes:.2f}",
     ]
     layer_out = micro * max(LAYERS[1:-1]) * POLICIES[policy]
+    if _slow_fusion(policy, dev):
+        lines.append("note: float16 on a CPU is measured with grappler's remapping off: on some CPUs TensorFlow's "
+                     "fused float16 MatMul + BiasAdd kernel is 1000x slower than the two ops (see measure_update)")
     if "CPU" in dev.upper() and layer_out < CPU_UNCOUNTED_BELOW:
         lines.append(f"note: on a CPU, get_memory_info leaves out tensors under 256 KiB; this micro-batch's "
                      f"layer outputs ({format_bytes(layer_out)} each) are not counted")
