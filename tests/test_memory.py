@@ -349,8 +349,9 @@ def test_measurement_and_explorer_on_this_machine(fresh_python):
     assert m["step_bytes"] >= 256 * 512 * 4  # at least one hidden layer's output of one micro-batch
     assert r["remembered"] == 256, "the explorer keeps its values when the cell is re-run"
     assert r["static"] and "Memory explorer [batch=2048, policy=mixed_float16" in out
-    # float16 on a CPU is measured with the remapper off (TensorFlow's fused float16 MatMul + BiasAdd took 12 s
-    # a measurement on an AVX512-FP16 Xeon), and the learner's setting is back afterwards; nothing else changes
+    # float16 on a CPU is measured with the remapper off (with TensorFlow's fused float16 MatMul + BiasAdd, one
+    # measurement took 12 s on an AVX512-FP16 Xeon), and the learner's setting is back afterwards; nothing else
+    # changes
     assert r["remapping"] == [False, "default", "default", "default", "default", "default", False, True]
     assert r["spied"] == [False, "default"], "measure_update must run a float16 CPU step inside _unfused_on_cpu"
     fp16 = out.split("Memory explorer [batch=2048, policy=mixed_float16", 1)[1].split("Memory explorer [", 1)[0]

@@ -122,7 +122,7 @@ def _rig(policy: str, steps: int, device: str) -> _Rig:
     return _RIGS[key]
 
 
-def _slow_fusion(policy: str, device: str) -> bool:
+def _runs_unfused(policy: str, device: str) -> bool:
     """True for a float16 policy on a CPU: the step that :func:`measure_update` runs with remapping off."""
     return policy == "mixed_float16" and "CPU" in device.upper()
 
@@ -137,7 +137,7 @@ def _unfused_on_cpu(policy: str, device: str):
     the same peak within 0.25 MiB. Measured per call: TensorFlow reads the option when a function runs, so
     the learner's own functions keep the default outside this block.
     """
-    if not _slow_fusion(policy, device):
+    if not _runs_unfused(policy, device):
         yield
         return
     tf = _tf()
@@ -222,9 +222,10 @@ def update(batch: int = 512, policy: str = "float32", steps: int = 1, budget_mib
         f"{format_bytes(got['step_bytes'])}; measured / estimate = {got['total_bytes'] / est.total_bytes:.2f}",
     ]
     layer_out = micro * max(LAYERS[1:-1]) * POLICIES[policy]
-    if _slow_fusion(policy, dev):
+    if _runs_unfused(policy, dev):
         lines.append("note: float16 on a CPU is measured with grappler's remapping off: on some CPUs TensorFlow's "
-                     "fused float16 MatMul + BiasAdd kernel is 1000x slower than the two ops (see measure_update)")
+                     "fused float16 MatMul + BiasAdd kernel is hundreds of times slower than the two ops "
+                     "(see measure_update)")
     if "CPU" in dev.upper() and layer_out < CPU_UNCOUNTED_BELOW:
         lines.append(f"note: on a CPU, get_memory_info leaves out tensors under 256 KiB; this micro-batch's "
                      f"layer outputs ({format_bytes(layer_out)} each) are not counted")
