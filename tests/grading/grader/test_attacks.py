@@ -30,7 +30,7 @@ The rule every golden keeps (checked here for all of them, whatever the golden s
 did not earn. The score is the sum of the passing items' points; an attacked item passes only when the report
 carries one of the golden's flags (it is flagged for review); on an unsolved lab nothing beyond the attack's
 honest part passes, unless so flagged. A summative report comes from bubblewrap's allow-list. Each attack runs
-in its own kernel, once.
+in its own kernel, once; the next attack is graded while a test checks its own (``graded``).
 """
 
 import json
@@ -48,6 +48,8 @@ import pytest
 from gpucourse.grading.grader.report import GradeReport
 from gpucourse.grading.items import items_in, lab_test_path, load_test_file
 from gpucourse.grading.grader.runner import grade_notebook
+
+from tests.ahead import Ahead
 
 ROOT = Path(__file__).resolve().parents[3]
 ATTACKS = Path(__file__).resolve().parent / "attacks"
@@ -124,17 +126,26 @@ def test_every_golden_is_complete_and_strict(path):
     assert not (want.get("honest") and want["base"] == "solution"), "honest items are for an unsolved base"
 
 
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    """Each attack graded once, the next one already being graded while a test checks its own (tests/ahead.py:
+    many attacks are a kernel waiting for a time limit)."""
+    ahead = Ahead(lambda path: grade_attack(path, tmp_path_factory.mktemp(path.stem)), "path")
+    yield ahead
+    ahead.close()
+
+
 @pytest.mark.parametrize("path", FIRST_HALF, ids=lambda p: p.stem)
-def test_attack_gets_its_golden_outcome(path, tmp_path):
-    check_attack(path, tmp_path)
+def test_attack_gets_its_golden_outcome(path, graded, request):
+    check_outcome(path, graded.result(request))
 
 
 def test_the_two_files_run_every_attack():
     assert sorted(FIRST_HALF + SECOND_HALF) == FILES
 
 
-def check_attack(path: Path, tmp_path: Path) -> None:
-    """Grade the lab plus the attack cell and compare with the golden outcome."""
+def grade_attack(path: Path, tmp_path: Path) -> GradeReport:
+    """Grade the lab plus the attack cell (in ``tmp_path``), as the golden says."""
     want = expected(path)
     nb = nbformat.read(base_notebook(want), as_version=4)
     nb.cells.append(nbformat.v4.new_code_cell(path.read_text()))
@@ -145,9 +156,13 @@ def check_attack(path: Path, tmp_path: Path) -> None:
     if "item_timeout" in want:
         limits["item_timeout"] = want["item_timeout"]
     if want.get("batch"):
-        rep = grade_in_batch(sub, want, tmp_path)
-    else:
-        rep = grade_notebook(sub, extra_tests=extra, **limits)
+        return grade_in_batch(sub, want, tmp_path)
+    return grade_notebook(sub, extra_tests=extra, **limits)
+
+
+def check_outcome(path: Path, rep: GradeReport) -> None:
+    """Compare an attack's report with its golden outcome, and with the rule every golden keeps."""
+    want = expected(path)
     text = rep.table() + f"\nisolation: {rep.isolation}\nmode: {rep.mode}"
     if want.get("sandboxed") and not rep.isolation.startswith("bubblewrap"):
         pytest.skip(f"the outcome rests on bubblewrap's allow-list; this machine grades without it ({rep.isolation})")

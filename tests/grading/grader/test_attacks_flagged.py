@@ -2,9 +2,9 @@
 
 import pytest
 
-from .test_attacks import SECOND_HALF, check_attack
+from .test_attacks import SECOND_HALF, check_outcome, graded  # noqa: F401 (graded: the module's own fixture)
 
 
 @pytest.mark.parametrize("path", SECOND_HALF, ids=lambda p: p.stem)
-def test_attack_gets_its_golden_outcome(path, tmp_path):
-    check_attack(path, tmp_path)
+def test_attack_gets_its_golden_outcome(path, graded, request):  # noqa: F811
+    check_outcome(path, graded.result(request))
