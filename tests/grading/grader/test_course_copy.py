@@ -116,3 +116,19 @@ def test_the_marks_are_parsed_once_and_again_after_a_file_changes(tmp_path, monk
     helpers.write_text("@answers('04')\ndef measure(x):\n    return x + 1\n")
     assert disabled_helpers("03", root) == {} and disabled_helpers("04", root) == {"gpucourse.helpers.measure": ()}
     assert len(parsed) == 4
+
+
+def test_every_parse_of_the_course_holds_the_graders_ast_lock(tmp_path, monkeypatch):
+    """CPython 3.11's AST builder is not safe across threads (see flags.parse_python): with two submissions graded
+    in two threads, reading the marks outside the grader's lock failed the other thread's parse (SystemError)."""
+    from gpucourse.grading.grader import flags
+
+    root = tmp_path / "gpucourse"
+    root.mkdir()
+    (root / "__init__.py").write_text("")
+    (root / "helpers.py").write_text("@answers('03', 'q2')\ndef measure(x):\n    return x\n")
+    held, parse = [], ast.parse
+    monkeypatch.setattr(ast, "parse", lambda *a, **k: (held.append(flags._AST_LOCK.locked()), parse(*a, **k))[1])
+    assert disabled_helpers("03", root) == {"gpucourse.helpers.measure": ("q2",)}
+    course_copy._rewrite(root / "helpers.py", "gpucourse.helpers", "03", {}, set())  # what make_copy does per file
+    assert len(held) == 3 and all(held), f"a parse outside the lock: {held}"

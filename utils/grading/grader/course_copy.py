@@ -24,6 +24,7 @@ import tempfile
 import threading
 from pathlib import Path
 
+from .flags import parse_python
 from .sandbox import package_folder
 
 __all__ = ["EXCLUDED", "disabled_helpers", "make_copy", "rule_message"]
@@ -82,7 +83,7 @@ def _marks_by_lab(root: Path) -> dict[str, dict[str, tuple]]:
         return cached[1]
     by_lab: dict[str, dict[str, tuple]] = {}
     for path, rel, _, _ in files:
-        tree = ast.parse(path.read_text(), str(path))
+        tree = parse_python(path.read_text(), str(path))
         module = _module_name(rel)
         for node in tree.body:
             for mark_lab, items in _marks(node):
@@ -134,7 +135,7 @@ def _top_imports(tree, module: str, is_package: bool) -> set[str]:
 
 def _rewrite(path: Path, module: str, lab: str, extra: dict, forbidden: set) -> None:
     text = path.read_text()
-    tree = ast.parse(text, str(path))
+    tree = parse_python(text, str(path))
     imports = _top_imports(tree, module, path.name == "__init__.py")
     blocked = (module in forbidden and module) or next((m for m in forbidden if m in imports), None)
     if blocked:

@@ -173,8 +173,9 @@ def _resolve(name: str | None, aliases: dict[str, str]) -> str | None:
 _AST_LOCK = threading.Lock()
 
 
-def parse_python(text: str) -> ast.Module:
-    """``ast.parse(text)``, safe from CPython 3.11's shared AST state.
+def parse_python(text: str, filename: str = "<unknown>") -> ast.Module:
+    """``ast.parse(text, filename)``, safe from CPython 3.11's shared AST state: every parse in the grader's
+    process goes through here (the submission's cells, the test files, the course's source in course_copy).
 
     CPython 3.11 keeps the AST builder's recursion depth in state shared by the threads of a process, so a
     parse that overlaps another one (a second grading thread, or a library's, e.g. AutoGraph) can fail with
@@ -184,7 +185,7 @@ def parse_python(text: str) -> ast.Module:
     for attempt in range(5):
         try:
             with _AST_LOCK:
-                return ast.parse(text)
+                return ast.parse(text, filename)
         except SystemError:
             if attempt == 4:
                 raise
