@@ -10,6 +10,8 @@ as before. So at most two jobs run at once per worker, and a job never waits beh
 Use it only for jobs that are independent of one another and of the test's function-scoped fixtures (a job
 gets its folder from ``tmp_path_factory``), and whose time limits hold on a busy machine. A job's exception is
 raised in its own test. If the run stops early, at most one job ahead has started and it is waited for.
+``make test`` distributes whole files (``--dist loadfile``), so a module's tests all run on one worker; under
+another distribution a job run ahead may be one this worker never needs: time lost, never a wrong result.
 """
 
 from __future__ import annotations
@@ -40,7 +42,9 @@ class Ahead:
         """The keys of this test function's items that this worker holds, in the order it runs them."""
         keys: list[Hashable] = []
         for item in request.session.items:
-            if item.module is request.module and getattr(item, "originalname", None) == request.node.originalname:
+            # (nbval's notebook cells are items too, with neither a module nor an originalname)
+            if getattr(item, "module", None) is request.module and getattr(item, "originalname", None) == \
+                    request.node.originalname:
                 k = self.key(item.callspec.params[self.argname])
                 if k not in keys:
                     keys.append(k)

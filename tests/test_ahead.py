@@ -15,7 +15,8 @@ def fake_requests(params, name="test_x"):
     items = [SimpleNamespace(module=module, originalname=name, callspec=SimpleNamespace(params={"path": p}))
              for p in params]
     other = SimpleNamespace(module=module, originalname="test_other", callspec=SimpleNamespace(params={"path": 99}))
-    session = SimpleNamespace(items=[other, *items])
+    notebook_cell = SimpleNamespace(name="Cell 3")  # an nbval item: no module, no originalname, no callspec
+    session = SimpleNamespace(items=[notebook_cell, other, *items])
     return [SimpleNamespace(session=session, module=module, node=item) for item in items]
 
 
