@@ -21,7 +21,6 @@ changed, and restores the globals.
 
 from __future__ import annotations
 
-import functools
 import json
 from pathlib import Path
 
@@ -88,9 +87,9 @@ def solution_path(lab: str) -> Path:
     return found[0]
 
 
-@functools.lru_cache(maxsize=None)
 def run_lab(lab: str) -> dict:
-    """Execute the solution of ``lab`` and all its fixtures in one fresh kernel; the harness's JSON."""
+    """Execute the solution of ``lab`` and all its fixtures in one fresh kernel; the harness's JSON (the tests
+    call it once per lab, through tests/ahead.py)."""
     import nbformat
     from nbclient import NotebookClient
 
